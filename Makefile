@@ -1,0 +1,37 @@
+# The two-command promise: `make run` and `make test` set up .venv on first use.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-slow bench lint format clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1 || $(BIN)/pip install -q "torch<2.15" "torchvision<0.30"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/decpriv run $(ARGS)
+
+test: $(STAMP) lint
+	$(BIN)/pytest -n 2 -q
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+lint: $(STAMP)
+	$(BIN)/ruff check decpriv tests benchmarks
+	$(BIN)/ruff format --check decpriv tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix decpriv tests benchmarks
+	$(BIN)/ruff format decpriv tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs/*/ .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,3 @@
+"""decpriv: experiment runner for privacy in decentralized machine learning."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The adversary: who is corrupt, what it records (Recorder -> Transcript) and all it may use (View)."""

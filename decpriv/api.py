@@ -1,0 +1,68 @@
+"""Python entry point for notebooks: the same pipeline as ``decpriv run``, from a list of overrides.
+
+>>> from decpriv.api import run
+>>> result = run(["topology=torus", "protocol.rounds=20"])
+>>> result.summary, result.history
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from decpriv import experiment
+from decpriv.report.run_folder import read_status
+
+
+@dataclass(eq=False)
+class RunResult:
+    path: Path
+    status: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> pd.Series:
+        return self.tables["summary"].iloc[0]
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        tables = self.__dict__.get("tables", {})
+        if name in tables:
+            return tables[name]
+        raise AttributeError(name)
+
+
+def load(path: Path | str) -> RunResult:
+    """Read a run folder's status and every CSV table in it."""
+    path = Path(path)
+    tables = {file.stem: pd.read_csv(file) for file in sorted(path.glob("*.csv"))}
+    return RunResult(path, read_status(path).get("status", "unknown"), tables)
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict]:
+    """Compose decpriv's config with Hydra overrides; returns (config without ``hydra``, group choices)."""
+    with initialize_config_module("decpriv.conf", version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    choices = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
+        if not k.startswith("hydra")
+    }
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:
+    """Run one experiment into ``out_dir`` (default ``runs/<date>/<time>``) and load its tables."""
+    cfg, choices = compose_config(overrides)
+    if out_dir is None:
+        out_dir = Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
+    out = Path(out_dir)
+    (out / ".hydra").mkdir(parents=True, exist_ok=True)
+    (out / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
+    experiment.run(cfg, out, choices)
+    return load(out)

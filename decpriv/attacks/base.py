@@ -1,0 +1,24 @@
+"""The attack interface the pipeline calls: check -> run(View) -> evaluate(findings, Truth)."""
+
+from typing import Any
+
+from decpriv.adversary.view import View
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+class Attack:
+    name = "attack"
+    needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
+
+    def check(self, setup: Setup) -> None:
+        """Refuse configurations the attack does not apply to (raise ConfigError), before any computation."""
+
+    def run(self, view: View) -> Any:
+        """The attack itself: sees the View only."""
+        raise NotImplementedError
+
+    def evaluate(self, findings: Any, truth: Truth, view: View) -> Report:
+        """Score ``findings`` against the truth: attack.csv rows, summary metrics, pictures."""
+        raise NotImplementedError

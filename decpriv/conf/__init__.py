@@ -1,0 +1,1 @@
+"""Hydra config groups of decpriv (one yaml per plugin)."""

@@ -1,0 +1,1 @@
+"""Datasets (generated, shipped with scikit-learn, or local files) and their partition over nodes."""

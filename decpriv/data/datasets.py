@@ -1,0 +1,205 @@
+"""Datasets. Every loader returns a :class:`Dataset` with a train split (partitioned over nodes) and a
+held-out test split (accuracy, membership inference). Nothing is downloaded: torchvision and LibSVM
+sets load from ``data.root`` and a missing file is a clear error naming the path looked at.
+
+Images are kept in [0, 1] with shape (C, H, W) so that reconstructions are scored on the data range.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from decpriv.errors import bad
+from decpriv.rng import Seeds
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    task: str = "classification"  # or "regression"
+    data_range: tuple[float, float] | None = None  # set for images: the box reconstructions live in
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def is_image(self) -> bool:
+        return self.x_train.dim() == 4
+
+
+def _split(name, x, y, test_fraction: float, rng: np.random.Generator, **kw) -> Dataset:
+    order = rng.permutation(len(x))
+    n_test = int(round(test_fraction * len(x)))
+    test, train = order[:n_test], order[n_test:]
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    return Dataset(name, x[train], y[train], x[test], y[test], **kw)
+
+
+def digits(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
+    """scikit-learn's 8x8 handwritten digits (1797 images, 10 classes), pixels scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    x = (raw.images / 16.0).astype(np.float32)[:, None]
+    y = raw.target.astype(np.int64)
+    return _split(
+        "digits", x, y, test_fraction, seeds.numpy("data.split"), num_classes=10, data_range=(0.0, 1.0)
+    )
+
+
+def breast_cancer(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
+    """scikit-learn's Wisconsin breast cancer (569 x 30, binary), features standardised."""
+    from sklearn.datasets import load_breast_cancer
+
+    raw = load_breast_cancer()
+    x = raw.data
+    x = ((x - x.mean(0)) / x.std(0)).astype(np.float32)
+    return _split(
+        "breast_cancer",
+        x,
+        raw.target.astype(np.int64),
+        test_fraction,
+        seeds.numpy("data.split"),
+        num_classes=2,
+    )
+
+
+def gaussian_classes(
+    seeds: Seeds,
+    size: int = 2000,
+    dim: int = 2,
+    num_classes: int = 2,
+    separation: float = 1.0,
+    std: float = 0.5,
+    test_fraction: float = 0.25,
+) -> Dataset:
+    """Gaussian classes: class k has mean ``separation * (2k/(K-1) - 1) * 1`` and covariance std^2 I.
+
+    With the defaults this is Yu 2023's logistic-regression data: means (-1,-1) and (1,1), covariance 0.25 I.
+    """
+    rng = seeds.numpy("data.generate")
+    y = rng.integers(num_classes, size=size)
+    centres = separation * (2.0 * np.arange(num_classes) / max(num_classes - 1, 1) - 1.0)
+    x = centres[y][:, None] + std * rng.standard_normal((size, dim))
+    return _split(
+        "gaussian_classes",
+        x.astype(np.float32),
+        y.astype(np.int64),
+        test_fraction,
+        seeds.numpy("data.split"),
+        num_classes=num_classes,
+    )
+
+
+def least_squares(seeds: Seeds, n: int = 16, dim: int = 10, zeta: float = 1.0) -> Dataset:
+    """DECOR's synthetic quadratics (Allouah et al. 2024, Sec. 5): node i (1-based) holds
+    f_i(x) = 1/2 ||A_i x - b_i||^2 with A_i = (i / sqrt(n)) I_d and b_i ~ N(0, (zeta / i^2) I_d).
+
+    Stored as d rows per node in node order (row k of A_i, target b_ik), to be split with
+    ``partition=contiguous`` so node i receives exactly its own rows. The test split repeats the train
+    split (the metric is the optimality gap, not generalisation).
+    """
+    rng = seeds.numpy("data.generate")
+    scale = np.arange(1, n + 1) / np.sqrt(n)
+    x = (scale[:, None, None] * np.eye(dim)[None]).reshape(n * dim, dim)
+    b = (np.sqrt(zeta) / np.arange(1, n + 1))[:, None] * rng.standard_normal((n, dim))
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    yt = torch.as_tensor(b.reshape(-1), dtype=torch.float32)
+    return Dataset("least_squares", xt, yt, xt, yt, num_classes=0, task="regression")
+
+
+def _require(root: str | None, key_hint: str, how: str) -> Path:
+    if not root:
+        raise bad(
+            "data.root",
+            root,
+            f"{key_hint} is read from local files",
+            f"set data.root to the folder that holds them ({how})",
+        )
+    path = Path(root).expanduser()
+    if not path.exists():
+        raise bad("data.root", str(path), "no such folder", how)
+    return path
+
+
+_TORCHVISION_HOW = (
+    "place the torchvision copy of {name} there (e.g. torchvision.datasets.{cls}(root, download=True) on a "
+    "machine with internet access), decpriv never downloads"
+)
+
+
+def _torchvision(cls_name: str, root: str | None, seeds: Seeds, name: str, num_classes: int) -> Dataset:
+    import torchvision
+
+    how = _TORCHVISION_HOW.format(name=name, cls=cls_name)
+    path = _require(root, name, how)
+    cls = getattr(torchvision.datasets, cls_name)
+    try:
+        train = cls(str(path), train=True, download=False)
+        test = cls(str(path), train=False, download=False)
+    except RuntimeError as err:
+        raise bad("data.root", str(path), f"{name} files were not found there ({err})", how) from None
+
+    def tensors(ds):
+        x = torch.as_tensor(np.asarray(ds.data), dtype=torch.float32) / 255.0
+        x = x[:, None] if x.dim() == 3 else x.permute(0, 3, 1, 2)
+        return x.contiguous(), torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+
+    (xtr, ytr), (xte, yte) = tensors(train), tensors(test)
+    return Dataset(name, xtr, ytr, xte, yte, num_classes=num_classes, data_range=(0.0, 1.0))
+
+
+def mnist(seeds: Seeds, root: str | None = None) -> Dataset:
+    """MNIST from ``data.root`` (torchvision layout, download=False)."""
+    return _torchvision("MNIST", root, seeds, "mnist", 10)
+
+
+def fashion_mnist(seeds: Seeds, root: str | None = None) -> Dataset:
+    """Fashion-MNIST from ``data.root`` (torchvision layout, download=False)."""
+    return _torchvision("FashionMNIST", root, seeds, "fashion_mnist", 10)
+
+
+def cifar10(seeds: Seeds, root: str | None = None) -> Dataset:
+    """CIFAR-10 from ``data.root`` (torchvision layout, download=False)."""
+    return _torchvision("CIFAR10", root, seeds, "cifar10", 10)
+
+
+def cifar100(seeds: Seeds, root: str | None = None) -> Dataset:
+    """CIFAR-100 from ``data.root`` (torchvision layout, download=False)."""
+    return _torchvision("CIFAR100", root, seeds, "cifar100", 100)
+
+
+def libsvm(
+    seeds: Seeds,
+    root: str | None = None,
+    file: str = "a9a",
+    test_file: str | None = "a9a.t",
+    features: int = 123,
+) -> Dataset:
+    """A LibSVM file (e.g. a9a, 123 binary features) read with scikit-learn; labels mapped to 0..K-1."""
+    from sklearn.datasets import load_svmlight_file
+
+    how = "download a9a and a9a.t from the LibSVM datasets page into that folder"
+    path = _require(root, "libsvm", how)
+    train_path = path / file
+    if not train_path.is_file():
+        raise bad("data.file", str(train_path), "no such file", how)
+    x, y = load_svmlight_file(str(train_path), n_features=features)
+    labels = np.unique(y)
+    to_int = {v: i for i, v in enumerate(labels)}
+    x = np.asarray(x.todense(), dtype=np.float32)
+    y = np.array([to_int[v] for v in y], dtype=np.int64)
+    if test_file and (path / test_file).is_file():
+        xt, yt = load_svmlight_file(str(path / test_file), n_features=features)
+        xt = torch.as_tensor(np.asarray(xt.todense(), dtype=np.float32))
+        yt = torch.as_tensor(np.array([to_int[v] for v in yt], dtype=np.int64))
+        return Dataset(file, torch.as_tensor(x), torch.as_tensor(y), xt, yt, num_classes=len(labels))
+    return _split(file, x, y, 0.2, seeds.numpy("data.split"), num_classes=len(labels))

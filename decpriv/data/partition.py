@@ -1,0 +1,145 @@
+"""Partitions of a train split over n nodes, and the stacked per-node view used by vectorised training.
+
+Every partitioner returns one index array per node; :class:`LocalData` stacks them into padded tensors
+(n, m_max, ...) with a validity mask so all nodes train in one batched call.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decpriv.errors import bad
+
+
+def one_per_node(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Node v holds exactly one sample, drawn without replacement (El Mrini et al., Yu 2023 n_i = 1)."""
+    return iid(labels, n, rng, per_node=1)
+
+
+def iid(
+    labels: np.ndarray, n: int, rng: np.random.Generator, per_node: int | None = None
+) -> list[np.ndarray]:
+    """Uniform disjoint split; ``per_node`` samples each (default: all samples, as evenly as possible)."""
+    total = len(labels)
+    if per_node is not None and (per_node < 1 or per_node * n > total):
+        raise bad(
+            "partition.per_node",
+            per_node,
+            f"{n} nodes x {per_node} exceeds the {total} training samples",
+            f"use at most {total // n} samples per node or fewer nodes",
+        )
+    order = rng.permutation(total)
+    if per_node is None:
+        return [np.sort(part) for part in np.array_split(order, n)]
+    return [np.sort(order[v * per_node : (v + 1) * per_node]) for v in range(n)]
+
+
+def contiguous(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Node v gets the v-th contiguous block (for data generated in node order, e.g. least squares)."""
+    if len(labels) % n:
+        raise bad(
+            "topology.n",
+            n,
+            f"the {len(labels)} generated rows do not split evenly",
+            "match data.n to topology.n",
+        )
+    return list(np.arange(len(labels)).reshape(n, -1))
+
+
+def dirichlet(
+    labels: np.ndarray, n: int, rng: np.random.Generator, alpha: float = 0.5, per_node: int | None = None
+) -> list[np.ndarray]:
+    """Label skew: node v's class proportions ~ Dirichlet(alpha); disjoint; ``per_node`` samples each.
+
+    Samples are dealt class by class without replacement, so shards never overlap (unlike DECOR's code).
+    """
+    if alpha <= 0:
+        raise bad("partition.alpha", alpha, "the Dirichlet concentration must be positive", "use e.g. 0.5")
+    classes = np.unique(labels)
+    per_node = per_node or len(labels) // n
+    if per_node * n > len(labels):
+        raise bad(
+            "partition.per_node", per_node, "more samples requested than exist", f"use <= {len(labels) // n}"
+        )
+    pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    parts = []
+    for _ in range(n):
+        share = rng.dirichlet(np.full(len(classes), alpha))
+        taken: list[int] = []
+        while len(taken) < per_node:
+            available = np.array([len(pools[c]) > 0 for c in classes], dtype=float)
+            weights = share * available
+            weights = weights / weights.sum() if weights.sum() > 0 else available / available.sum()
+            c = classes[rng.choice(len(classes), p=weights)]
+            taken.append(pools[c].pop())
+        parts.append(np.sort(np.array(taken)))
+    return parts
+
+
+def shards(
+    labels: np.ndarray, n: int, rng: np.random.Generator, shards_per_node: int = 2
+) -> list[np.ndarray]:
+    """McMahan et al.'s pathological split: sort by label, cut 2n shards, deal ``shards_per_node`` to each."""
+    if shards_per_node < 1:
+        raise bad("partition.shards_per_node", shards_per_node, "must be at least 1", "use 2")
+    order = np.argsort(labels, kind="stable")
+    pieces = np.array_split(order, n * shards_per_node)
+    deal = rng.permutation(len(pieces)).reshape(n, shards_per_node)
+    return [np.sort(np.concatenate([pieces[i] for i in row])) for row in deal]
+
+
+@dataclass(frozen=True, eq=False)
+class LocalData:
+    """Per-node training sets stacked and padded: x (n, m, ...), y (n, m), mask (n, m), counts (n,)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    counts: torch.Tensor
+    indices: tuple[np.ndarray, ...]  # positions in the dataset's train split, per node
+
+    @classmethod
+    def stack(cls, x: torch.Tensor, y: torch.Tensor, parts: list[np.ndarray]) -> "LocalData":
+        m = max(len(p) for p in parts)
+        if min(len(p) for p in parts) == 0:
+            raise bad(
+                "partition", "empty", "a node received no data", "use fewer nodes or more samples per node"
+            )
+        n = len(parts)
+        idx = np.zeros((n, m), dtype=np.int64)
+        mask = np.zeros((n, m), dtype=bool)
+        for v, part in enumerate(parts):
+            idx[v, : len(part)] = part
+            mask[v, : len(part)] = True
+        flat = torch.as_tensor(idx.reshape(-1))
+        return cls(
+            x=x[flat].reshape(n, m, *x.shape[1:]),
+            y=y[flat].reshape(n, m),
+            mask=torch.as_tensor(mask),
+            counts=torch.as_tensor(mask.sum(1)),
+            indices=tuple(parts),
+        )
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+    def to(self, device: torch.device) -> "LocalData":
+        return LocalData(
+            self.x.to(device), self.y.to(device), self.mask.to(device), self.counts.to(device), self.indices
+        )
+
+    def batch(
+        self, size: int | None, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One minibatch per node, drawn uniformly with replacement from its own samples (vectorised).
+
+        ``size=None`` returns the whole padded local set with its mask (full-batch gradient).
+        """
+        if size is None:
+            return self.x, self.y, self.mask.to(self.x.dtype)
+        u = torch.rand(self.n, size, generator=generator, device=generator.device).to(self.x.device)
+        pick = (u * self.counts[:, None]).long()
+        rows = torch.arange(self.n, device=self.x.device)[:, None]
+        return self.x[rows, pick], self.y[rows, pick], torch.ones(self.n, size, device=self.x.device)

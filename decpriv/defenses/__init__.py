@@ -1,0 +1,1 @@
+"""Defenses: how nodes privatise what they compute and what they send."""

@@ -1,0 +1,36 @@
+"""The defense interface protocols call. ``none`` is the identity."""
+
+from typing import Any
+
+import torch
+
+from decpriv.models.functional import FunctionalModel
+
+
+class Defense:
+    """No defense: exact local gradients, messages sent as they are.
+
+    Subclasses override :meth:`gradients` (clipping, noise: DP-SGD, LDP, DECOR) and/or :meth:`messages`
+    (noise or quantisation on what is sent: Muffliato, quantised PDMM).
+    """
+
+    name = "none"
+
+    def gradients(
+        self,
+        model: FunctionalModel,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        round_: int,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        return model.node_gradients(theta, x, y, weight)
+
+    def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:
+        return values
+
+    def summary(self) -> dict[str, Any]:
+        """Headline facts for summary.csv (noise levels, clipping...)."""
+        return {}

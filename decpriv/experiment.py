@@ -1,0 +1,218 @@
+"""One run, top to bottom (DESIGN.md): build -> simulate -> attack -> evaluate -> account -> write.
+
+Nothing before ``write`` touches the disk except run.json's ``running`` marker.
+"""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from decpriv.adversary.adversary import choose_adversary
+from decpriv.adversary.recorder import Recorder
+from decpriv.adversary.view import DataSpec, View
+from decpriv.data.partition import LocalData
+from decpriv.defenses.base import Defense
+from decpriv.errors import ConfigError, bad
+from decpriv.graphs.gossip_matrix import spectral_gap
+from decpriv.graphs.network import Network
+from decpriv.protocols.base import Outcome, Simulation
+from decpriv.report.findings import Report
+from decpriv.report.run_folder import RunFolder
+from decpriv.rng import Seeds
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+from decpriv.validation import validate
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise bad("device", name, "no CUDA GPU is visible", "use device=auto or device=cpu")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build(cfg: DictConfig) -> Setup:
+    """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
+    validate(cfg)
+    seeds = Seeds(cfg.seed)
+    device = resolve_device(cfg.device)
+    network = Network.build(instantiate(cfg.topology), instantiate(cfg.gossip_matrix))
+    dataset = instantiate(cfg.data, seeds=seeds)
+    parts = instantiate(
+        cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
+    )
+    local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
+    model = instantiate(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
+    protocol = instantiate(cfg.protocol)
+    defense = instantiate(cfg.defense) if cfg.get("defense") else Defense()
+    adversary = choose_adversary(network, seeds, **OmegaConf.to_container(cfg.adversary))
+    attack = instantiate(cfg.attack) if cfg.get("attack") else None
+    accountant = instantiate(cfg.accountant) if cfg.get("accountant") else None
+    setup = Setup(
+        cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
+    )
+    protocol.check(network, dataset, model)
+    if attack is not None:
+        if attack.needs_adversary and not adversary.present:
+            raise bad(
+                "adversary.count",
+                0,
+                f"attack={attack.name} needs corrupt nodes",
+                "set adversary.count or adversary.nodes",
+            )
+        attack.check(setup)
+    if accountant is not None:
+        accountant.check(setup)
+    return setup
+
+
+def precheck(cfg: DictConfig) -> None:
+    """The cheap part of :func:`build` (no data loading): used to check every job of a sweep up front."""
+    validate(cfg)
+    network = Network.build(instantiate(cfg.topology), instantiate(cfg.gossip_matrix))
+    choose_adversary(network, Seeds(cfg.seed), **OmegaConf.to_container(cfg.adversary))
+    for group in ("protocol", "defense", "attack", "accountant"):
+        if cfg.get(group):
+            instantiate(cfg[group])
+
+
+def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View | None]:
+    """Step 2: run the protocol over all nodes; record what the adversary sees."""
+    adv, network = setup.adversary, setup.network
+    recording = setup.attack is not None
+    if setup.protocol.recorder_kind == "edges":
+        edges = adv.observed_edges(network)
+        recorder = Recorder(edges[:, 0], edges[:, 1], recording)
+    else:
+        recorder = Recorder.broadcast(adv.observed_senders(network), recording)
+    setup.model.to(setup.device)
+    sim = Simulation(
+        network,
+        setup.dataset,
+        setup.local.to(setup.device),
+        setup.model,
+        setup.defense,
+        adv,
+        recorder,
+        setup.seeds,
+        setup.device,
+        show_progress,
+    )
+    outcome = setup.protocol.run(sim)
+    if not recording:
+        return outcome, None
+    own = torch.as_tensor(adv.nodes)
+    view = View(
+        network=network,
+        attackers=adv.nodes,
+        eavesdropper=adv.eavesdropper,
+        transcript=recorder.transcript(),
+        model=setup.model,
+        data_spec=DataSpec(
+            setup.dataset.input_shape, setup.dataset.num_classes, setup.dataset.data_range, setup.dataset.task
+        ),
+        hyper=setup.protocol.hyper(),
+        own_x=setup.local.x[own],
+        own_y=setup.local.y[own],
+        own_mask=setup.local.mask[own],
+        public=outcome.public,
+    )
+    return outcome, view
+
+
+def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
+    """Config as summary.csv columns: group choices (``topology``) then dotted leaves (``topology.n``)."""
+    out: dict[str, Any] = {
+        group: ("none" if choice is None else choice) for group, choice in sorted(choices.items())
+    }
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if str(key).startswith("_"):
+                continue
+            if isinstance(value, dict):
+                walk(value, name + ".")
+            else:
+                out[name] = json.dumps(value) if isinstance(value, list) else value
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def run(
+    cfg: DictConfig, out_dir: Path | str, choices: dict[str, Any] | None = None, show_progress: bool = False
+) -> Path:
+    """Run the whole pipeline into ``out_dir``; returns it. Re-raises errors after marking run.json failed."""
+    folder = RunFolder(out_dir)
+    folder.start(int(cfg.seed) if isinstance(cfg.get("seed"), int) else -1, str(cfg.get("device")))
+    config_columns = flatten_config(cfg, choices or {})
+    try:
+        with folder.phase("build"):
+            setup = build(cfg)
+        with folder.phase("simulate"):
+            outcome, view = simulate(setup, show_progress)
+        report = Report(tables={"history": outcome.history}, summary=dict(outcome.summary))
+        report.summary.update(
+            nodes=setup.network.n, edges=len(setup.network.edges), spectral_gap=spectral_gap(setup.network.W)
+        )
+        if "tries" in setup.network.graph.graph:
+            report.summary["graph_tries"] = setup.network.graph.graph["tries"]
+        report.summary.update(setup.defense.summary())
+        truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
+        if setup.attack is not None:
+            with folder.phase("attack"):
+                findings = setup.attack.run(view)
+            with folder.phase("evaluate"):
+                report.merge(setup.attack.evaluate(findings, truth, view))
+        if setup.accountant is not None:
+            with folder.phase("account"):
+                report.merge(setup.accountant.account(setup))
+        with folder.phase("write"):
+            nodes = pd.DataFrame(
+                {
+                    "node": np.arange(setup.network.n),
+                    "name": setup.network.names,
+                    "degree": setup.network.degrees,
+                }
+            )
+            folder.write_table("nodes", nodes)
+            for name, table in report.tables.items():
+                folder.write_table(name, table)
+            for relative, figure in report.figures.items():
+                folder.write_figure(relative, figure)
+            folder.write_table(
+                "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
+            )
+        folder.complete({"metrics": list(report.summary)})
+    except BaseException as error:
+        folder.fail(error)
+        failed = {"status": "failed", "error": f"{type(error).__name__}: {error}", **config_columns}
+        folder.write_table("summary", pd.DataFrame([failed]))
+        raise
+    return folder.path
+
+
+def error_exit(error: BaseException, debug: bool) -> None:
+    """Print one line and exit: status 2 for bad input, 1 for a failure during the run."""
+    if debug:
+        raise error
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if isinstance(error, ConfigError):
+        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        sys.exit(2)
+    console.print(
+        f"[bold red]run failed:[/] {type(error).__name__}: {error} (debug=true shows the traceback)",
+        highlight=False,
+    )
+    sys.exit(1)

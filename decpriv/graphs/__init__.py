@@ -1,0 +1,1 @@
+"""Topologies (graph builders) and gossip matrices."""

@@ -1,0 +1,107 @@
+"""The simulated network: a connected graph on nodes 0..n-1, its node names and its gossip matrix."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from decpriv.errors import ConfigError
+
+
+def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
+    """Relabel nodes to 0..n-1 and return the index -> name mapping.
+
+    Graphs whose names are exactly the integers 0..n-1 keep them; otherwise indices follow the graph's
+    node order (insertion order: file order for edge lists, networkx's order for built-in graphs).
+    """
+    nodes = list(graph.nodes)
+    n = len(nodes)
+    if sorted(nodes, key=repr) == sorted(range(n), key=repr) and all(isinstance(v, int) for v in nodes):
+        order = list(range(n))
+    else:
+        order = nodes
+    mapping = {name: i for i, name in enumerate(order)}
+    indexed = nx.relabel_nodes(graph, mapping, copy=True)
+    relabelled = nx.Graph()
+    relabelled.add_nodes_from(range(n))
+    relabelled.add_edges_from((u, v) for u, v in indexed.edges if u != v)
+    relabelled.graph.update(graph.graph)
+    for name, i in mapping.items():
+        relabelled.nodes[i].update(graph.nodes[name])
+    return relabelled, [str(name) for name in order]
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """Public knowledge about the network: graph, node names and gossip matrix W (scipy CSR, float64)."""
+
+    graph: nx.Graph
+    names: tuple[str, ...]
+    W: sp.csr_array
+
+    @classmethod
+    def build(cls, graph: nx.Graph, weights: Callable[[nx.Graph], sp.sparray]) -> "Network":
+        if graph.number_of_nodes() < 2:
+            raise ConfigError("topology: the graph has fewer than 2 nodes; choose a larger topology.n.")
+        if not nx.is_connected(graph):
+            parts = nx.number_connected_components(graph)
+            raise ConfigError(
+                f"topology: the graph is disconnected ({parts} components); pick a connected topology or "
+                "set topology.largest_component=true for edge lists."
+            )
+        indexed, names = index_nodes(graph)
+        W = sp.csr_array(weights(indexed), dtype=np.float64)
+        return cls(indexed, tuple(names), W)
+
+    @property
+    def n(self) -> int:
+        return self.graph.number_of_nodes()
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """Undirected edges (E, 2) with u < v, sorted."""
+        e = np.sort(np.array(self.graph.edges, dtype=np.int64).reshape(-1, 2), axis=1)
+        return e[np.lexsort((e[:, 1], e[:, 0]))]
+
+    @cached_property
+    def degrees(self) -> np.ndarray:
+        return np.bincount(self.edges.ravel(), minlength=self.n)
+
+    @cached_property
+    def adjacency(self) -> sp.csr_array:
+        e = self.edges
+        ones = np.ones(2 * len(e))
+        return sp.csr_array(
+            (ones, (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(self.n, self.n)
+        )
+
+    def neighbours(self, v: int) -> np.ndarray:
+        return np.sort(np.fromiter(self.graph.neighbors(v), dtype=np.int64))
+
+    def distances_from(self, sources: list[int] | np.ndarray) -> np.ndarray:
+        """Hop distance from the nearest source to every node (multi-source BFS)."""
+        dist = np.full(self.n, -1, dtype=np.int64)
+        frontier = np.unique(np.asarray(sources, dtype=np.int64))
+        dist[frontier] = 0
+        level = 0
+        A = self.adjacency
+        while frontier.size:
+            level += 1
+            reach = np.zeros(self.n, dtype=bool)
+            reach[A[frontier].indices] = True
+            frontier = np.flatnonzero(reach & (dist < 0))
+            dist[frontier] = level
+        return dist
+
+    def gossip_operator(self, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """W as a torch sparse CSR tensor (dense when n is small, where dense matmul is faster)."""
+        if self.n <= 256:
+            return torch.as_tensor(self.W.toarray(), dtype=dtype, device=device)
+        coo = self.W.tocoo()
+        indices = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64)
+        values = torch.as_tensor(coo.data, dtype=dtype)
+        return torch.sparse_coo_tensor(indices, values, coo.shape).coalesce().to_sparse_csr().to(device)

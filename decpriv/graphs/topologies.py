@@ -1,0 +1,177 @@
+"""Topology builders: each returns a connected networkx graph with the user's node names.
+
+Random graphs take their own seed and are resampled until connected (at most ``tries`` draws); the
+number of draws is stored in ``graph.graph["tries"]`` and written to the run's summary. Every builder is
+selected by the ``topology`` config group through ``_target_``.
+"""
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from decpriv.errors import ConfigError, bad
+
+MAX_TRIES = 100
+
+
+def _positive_n(n: int, minimum: int = 2) -> None:
+    if not isinstance(n, int) or n < minimum:
+        raise bad("topology.n", n, f"a graph needs at least {minimum} nodes", f"set topology.n >= {minimum}")
+
+
+def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Graph:
+    """Draw ``sample(seed_k)`` until the graph is connected; record the number of draws."""
+    rng = np.random.default_rng(seed)
+    for attempt in range(1, MAX_TRIES + 1):
+        graph = sample(int(rng.integers(2**31 - 1)))
+        if nx.is_connected(graph):
+            graph.graph["tries"] = attempt
+            return graph
+    raise ConfigError(
+        f"topology: no connected {what} in {MAX_TRIES} draws; raise the density (degree, p or radius)."
+    )
+
+
+def ring(n: int = 16) -> nx.Graph:
+    """Cycle graph C_n."""
+    _positive_n(n, 3)
+    return nx.cycle_graph(n)
+
+
+def line(n: int = 16) -> nx.Graph:
+    """Path graph P_n (El Mrini et al. 2024, Fig. 4: D-GD on a line of 31 nodes)."""
+    _positive_n(n)
+    return nx.path_graph(n)
+
+
+def complete(n: int = 16) -> nx.Graph:
+    """Complete graph K_n: every node talks to every other (the federated / CDP limit)."""
+    _positive_n(n)
+    return nx.complete_graph(n)
+
+
+def star(n: int = 16) -> nx.Graph:
+    """Star with node 0 as the server and n-1 clients (federated protocols)."""
+    _positive_n(n)
+    return nx.star_graph(n - 1)
+
+
+def torus(n: int = 16) -> nx.Graph:
+    """Periodic 2-D grid of side sqrt(n): every node has 4 neighbours (Pasquini et al. torus-n)."""
+    _positive_n(n, 9)
+    side = math.isqrt(n)
+    if side * side != n:
+        lo, hi = side * side, (side + 1) ** 2
+        raise bad("topology.n", n, "a torus needs a perfect square", f"use topology.n={lo} or {hi}")
+    grid = nx.grid_2d_graph(side, side, periodic=True)
+    return nx.convert_node_labels_to_integers(grid, ordering="sorted")
+
+
+def hypercube(n: int = 16) -> nx.Graph:
+    """Hypercube on n = 2^k nodes."""
+    _positive_n(n)
+    k = n.bit_length() - 1
+    if 2**k != n:
+        raise bad(
+            "topology.n", n, "a hypercube needs a power of two", f"use topology.n={2**k} or {2 ** (k + 1)}"
+        )
+    return nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted")
+
+
+def random_regular(n: int = 16, d: int = 4, seed: int = 0) -> nx.Graph:
+    """Uniform random d-regular graph, resampled until connected."""
+    _positive_n(n)
+    if not 1 <= d < n:
+        raise bad("topology.d", d, f"a regular graph on {n} nodes needs 1 <= d < n", f"pick d in 1..{n - 1}")
+    if (n * d) % 2:
+        raise bad("topology.d", d, f"n*d must be even (n={n})", "change d or n by one")
+    return _connected(lambda s: nx.random_regular_graph(d, n, seed=s), seed, f"{d}-regular graph")
+
+
+def erdos_renyi(n: int = 16, p: float = 0.3, seed: int = 0) -> nx.Graph:
+    """Erdos-Renyi G(n, p), resampled until connected."""
+    _positive_n(n)
+    if not 0 < p <= 1:
+        raise bad("topology.p", p, "an edge probability lies in (0, 1]", "set 0 < topology.p <= 1")
+    return _connected(lambda s: nx.gnp_random_graph(n, p, seed=s), seed, f"G({n}, {p})")
+
+
+def expander(n: int = 36, seed: int = 0) -> nx.Graph:
+    """Erdos-Renyi with p = log(n)/n (Pasquini et al.'s expander-n)."""
+    _positive_n(n, 3)
+    return erdos_renyi(n, min(1.0, math.log(n) / n), seed)
+
+
+def random_geometric(n: int = 50, radius: float = 0.2, seed: int = 0) -> nx.Graph:
+    """n points uniform in the unit square, an edge when closer than ``radius``.
+
+    Connects with probability >= 1 - 1/n^2 when radius >= sqrt(log n / n) (Yu 2023). Positions are
+    kept in the node attribute ``pos`` for drawing.
+    """
+    _positive_n(n)
+    if radius <= 0:
+        raise bad("topology.radius", radius, "the radius must be positive", "try sqrt(log n / n)")
+    return _connected(lambda s: nx.random_geometric_graph(n, radius, seed=s), seed, f"RGG({n}, r={radius})")
+
+
+def florentine() -> nx.Graph:
+    """Florentine families (15 nodes; El Mrini et al. Fig. 5)."""
+    return nx.florentine_families_graph()
+
+
+def davis() -> nx.Graph:
+    """Davis Southern Women bipartite graph (32 nodes, 89 edges; Pasquini et al.'s social-32)."""
+    return nx.davis_southern_women_graph()
+
+
+def karate() -> nx.Graph:
+    """Zachary's karate club (34 nodes)."""
+    return nx.karate_club_graph()
+
+
+def les_miserables() -> nx.Graph:
+    """Les Miserables co-occurrence graph (77 nodes)."""
+    return nx.les_miserables_graph()
+
+
+def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Graph:
+    """A user's edge-list file (one ``u v`` pair a line, ``#`` comments), e.g. a SNAP Facebook ego graph.
+
+    Node names that are all integers are read as integers. With ``largest_component`` the largest
+    connected component is kept (the ego-414 experiment uses it); otherwise a disconnected file is refused.
+    """
+    if not path:
+        raise bad(
+            "topology.path",
+            path,
+            "the edgelist topology needs a file",
+            "pass topology.path=/path/to/edges.txt",
+        )
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise bad(
+            "topology.path",
+            str(file),
+            "no such file",
+            "download the edge list (e.g. SNAP facebook/414.edges) and pass its path",
+        )
+    graph = nx.read_edgelist(file, comments="#", nodetype=str)
+    if graph.number_of_nodes() == 0:
+        raise bad(
+            "topology.path", str(file), "the file holds no edges", "give a file with one 'u v' pair a line"
+        )
+    if all(name.lstrip("-").isdigit() for name in graph.nodes):
+        graph = nx.relabel_nodes(graph, {name: int(name) for name in graph.nodes})
+    if not nx.is_connected(graph):
+        if not largest_component:
+            raise bad(
+                "topology.largest_component",
+                False,
+                "the edge list is disconnected",
+                "set it to true or fix the file",
+            )
+        graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
+    return graph

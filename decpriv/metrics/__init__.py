@@ -1,0 +1,1 @@
+"""Metrics: training progress per round, and scoring of attacks against the truth."""

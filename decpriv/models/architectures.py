@@ -1,0 +1,124 @@
+"""Model architectures, each built from the dataset's input shape and class count.
+
+All are plain modules without running statistics (no BatchNorm buffers), so ``vmap`` over nodes is exact
+and every trainable parameter is exchanged (as in Pasquini et al.'s code).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from decpriv.models.functional import FunctionalModel
+
+
+def _out(num_classes: int, binary_as_one: bool) -> int:
+    return 1 if binary_as_one and num_classes == 2 else max(num_classes, 1)
+
+
+def logistic(
+    input_shape: tuple[int, ...], num_classes: int, reduction: str = "mean", bias: bool = True
+) -> FunctionalModel:
+    """Binary logistic regression: one output, sigmoid, binary cross-entropy (labels 0/1)."""
+    module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
+    return FunctionalModel(module, "binary_cross_entropy", reduction)
+
+
+def softmax(
+    input_shape: tuple[int, ...], num_classes: int, reduction: str = "mean", bias: bool = True
+) -> FunctionalModel:
+    """Multinomial logistic (softmax) regression."""
+    module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
+    return FunctionalModel(module, "cross_entropy", reduction)
+
+
+def linear_regression(
+    input_shape: tuple[int, ...], num_classes: int, reduction: str = "sum", bias: bool = False
+) -> FunctionalModel:
+    """x -> <w, x> with loss 1/2 (<w,x> - y)^2 summed over samples (DECOR's quadratics with bias=false)."""
+    module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
+    return FunctionalModel(module, "half_squared_error", reduction)
+
+
+def mlp(
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    hidden: tuple[int, ...] = (100,),
+    activation: str = "relu",
+    reduction: str = "mean",
+) -> FunctionalModel:
+    """Fully connected network (Yu 2023's 2-layer perceptron has hidden=(100,), ReLU)."""
+    act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = math.prod(input_shape)
+    for h in hidden:
+        layers += [nn.Linear(width, h), act()]
+        width = h
+    layers.append(nn.Linear(width, num_classes))
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)
+
+
+def cnn(
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    channels: tuple[int, ...] = (12, 24),
+    hidden: int = 64,
+    activation: str = "sigmoid",
+    reduction: str = "mean",
+) -> FunctionalModel:
+    """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
+    side allows), then a hidden linear layer. Sigmoid by default: smooth, so gradient inversion works
+    (Zhu et al.'s DLG LeNet uses sigmoid)."""
+    act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
+    c, side = input_shape[0], input_shape[-1]
+    layers: list[nn.Module] = []
+    for width in channels:
+        layers += [nn.Conv2d(c, width, 5, padding=2), act()]
+        if side >= 8:
+            layers.append(nn.AvgPool2d(2))
+            side //= 2
+        c = width
+    layers += [nn.Flatten(), nn.Linear(c * side * side, hidden), act(), nn.Linear(hidden, num_classes)]
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, groups: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+            nn.GroupNorm(groups, cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            nn.GroupNorm(groups, cout),
+        )
+        self.skip = (
+            nn.Identity()
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.GroupNorm(groups, cout))
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def resnet20(
+    input_shape: tuple[int, ...], num_classes: int, width: int = 16, groups: int = 4, reduction: str = "mean"
+) -> FunctionalModel:
+    """ResNet-20 (He et al. 2016, CIFAR variant: 3 stages x 3 basic blocks, widths 16/32/64).
+
+    GroupNorm replaces BatchNorm so the model has no running statistics: vmap over nodes stays exact and
+    every state a node holds is exchanged.
+    """
+    layers: list[nn.Module] = [
+        nn.Conv2d(input_shape[0], width, 3, 1, 1, bias=False),
+        nn.GroupNorm(groups, width),
+        nn.ReLU(),
+    ]
+    cin = width
+    for stage, w in enumerate((width, 2 * width, 4 * width)):
+        for block in range(3):
+            layers.append(_Block(cin, w, 2 if stage > 0 and block == 0 else 1, groups))
+            cin = w
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)

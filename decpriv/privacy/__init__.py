@@ -1,0 +1,1 @@
+"""Privacy accountants: the formal guarantee of the configured defense on this graph."""

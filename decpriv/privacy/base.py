@@ -1,0 +1,15 @@
+"""The accountant interface the pipeline calls after the attack."""
+
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+
+
+class Accountant:
+    name = "accountant"
+
+    def check(self, setup: Setup) -> None:
+        """Refuse configurations the accountant cannot account (raise ConfigError)."""
+
+    def account(self, setup: Setup) -> Report:
+        """privacy.csv rows (per node / per pair) and the headline ``epsilon`` for summary.csv."""
+        raise NotImplementedError

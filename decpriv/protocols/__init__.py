@@ -1,0 +1,1 @@
+"""Decentralized (and federated baseline) protocols, vectorised over all nodes."""

@@ -1,0 +1,74 @@
+"""What a protocol receives (:class:`Simulation`) and returns (:class:`Outcome`)."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from rich.progress import Progress
+
+from decpriv.adversary.adversary import Adversary
+from decpriv.adversary.recorder import Recorder
+from decpriv.data.datasets import Dataset
+from decpriv.data.partition import LocalData
+from decpriv.defenses.base import Defense
+from decpriv.graphs.network import Network
+from decpriv.models.functional import FunctionalModel
+from decpriv.rng import Seeds
+
+
+@dataclass(eq=False)
+class Simulation:
+    network: Network
+    dataset: Dataset
+    local: LocalData  # on ``device``
+    model: FunctionalModel
+    defense: Defense
+    adversary: Adversary
+    recorder: Recorder
+    seeds: Seeds
+    device: torch.device
+    show_progress: bool = False
+
+    def progress(self, total: int, label: str):
+        """Iterate ``range(total)`` with a rich progress bar when attached to a terminal."""
+        if not self.show_progress:
+            yield from range(total)
+            return
+        with Progress(transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            for t in range(total):
+                yield t
+                bar.advance(task)
+
+
+@dataclass(eq=False)
+class Outcome:
+    history: pd.DataFrame  # one row per evaluated round
+    final: torch.Tensor  # (n, p) final node states
+    summary: dict[str, Any]  # headline metrics for summary.csv
+    truth: dict[str, Any] = field(default_factory=dict)  # protocol-specific ground truth (scoring only)
+    public: dict[str, Any] = field(default_factory=dict)  # facts the adversary legitimately knows
+
+
+class Protocol:
+    """Base class: ``rounds`` communication rounds; ``hyper()`` is what the protocol declares publicly."""
+
+    name = "protocol"
+    rounds: int
+    recorder_kind = "broadcast"  # or "edges" for per-edge messages (PDMM)
+
+    def hyper(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
+        """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""
+
+    def run(self, sim: Simulation) -> Outcome:
+        raise NotImplementedError
+
+
+def eval_rounds(rounds: int, every: int | None, points: int = 25) -> set[int]:
+    """Rounds at which metrics are computed: round 0, every ``every`` rounds (default ~``points`` times), last."""
+    step = every or max(1, rounds // points)
+    return set(range(0, rounds + 1, step)) | {rounds}

@@ -1,0 +1,107 @@
+"""D-SGD / D-PSGD (Lian et al. 2017; Bellet PODL 2024 slides):
+
+    theta_v^{t+1/2} = theta_v^t - lr * (grad l(theta_v^t; batch_v^t) [+ momentum, weight decay])   (local_steps times)
+    theta^{t+1}     = W^K theta^{t+1/2}                                                          (K = gossip_steps)
+
+All nodes at once: one vmap(grad) call per local step, one (sparse) matmul per gossip step. The
+adversary records the broadcast messages theta^{t+1/2} (and the intermediate gossip values when K > 1).
+"""
+
+import pandas as pd
+import torch
+
+from decpriv.data.datasets import Dataset
+from decpriv.errors import bad
+from decpriv.graphs.network import Network
+from decpriv.metrics.training import Evaluator
+from decpriv.models.functional import FunctionalModel
+from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+
+
+class DSGD(Protocol):
+    name = "dsgd"
+
+    def __init__(
+        self,
+        rounds: int = 100,
+        lr: float = 0.1,
+        batch_size: int | None = 16,
+        local_steps: int = 1,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        gossip_steps: int = 1,
+        same_init: bool = True,
+        eval_every: int | None = None,
+        dtype: str = "float32",
+    ):
+        for key, value, low in (
+            ("rounds", rounds, 1),
+            ("local_steps", local_steps, 1),
+            ("gossip_steps", gossip_steps, 1),
+        ):
+            if value < low:
+                raise bad(f"protocol.{key}", value, f"must be at least {low}", f"set protocol.{key} >= {low}")
+        if lr <= 0:
+            raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
+        if not 0 <= momentum < 1:
+            raise bad("protocol.momentum", momentum, "momentum lies in [0, 1)", "use e.g. 0.9")
+        if batch_size is not None and batch_size < 1:
+            raise bad(
+                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
+            )
+        self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
+        self.local_steps, self.momentum, self.weight_decay = local_steps, momentum, weight_decay
+        self.gossip_steps, self.same_init, self.eval_every, self.dtype = (
+            gossip_steps,
+            same_init,
+            eval_every,
+            dtype,
+        )
+
+    def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
+        smallest = len(dataset.x_train) // network.n
+        if self.batch_size is not None and self.batch_size > smallest:
+            raise bad(
+                "protocol.batch_size",
+                self.batch_size,
+                f"local sets hold about {smallest} samples",
+                f"use protocol.batch_size <= {smallest} or null for full batch",
+            )
+
+    def mix(self, W: torch.Tensor, messages: torch.Tensor, round_: int, sim: Simulation) -> torch.Tensor:
+        """K gossip steps; the adversary records each step's messages."""
+        x = messages
+        for k in range(self.gossip_steps):
+            sim.recorder.record(round_, k, x)
+            x = W @ x
+        return x
+
+    def run(self, sim: Simulation) -> Outcome:
+        dtype = getattr(torch, self.dtype)
+        model, local = sim.model, sim.local
+        theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
+        initial = theta.clone()
+        W = sim.network.gossip_operator(sim.device, dtype)
+        batches = sim.seeds.torch("batches", sim.device)
+        noise = sim.seeds.torch("defense.noise", sim.device)
+        velocity = torch.zeros_like(theta)
+        evaluate = Evaluator(model, sim.dataset, local, sim.device)
+        evals = eval_rounds(self.rounds, self.eval_every)
+        rows = []
+        for t in sim.progress(self.rounds + 1, self.name):
+            if t in evals:
+                rows.append({"round": t, **evaluate(theta)})
+            if t == self.rounds:
+                break
+            for _ in range(self.local_steps):
+                x, y, w = local.batch(self.batch_size, batches)
+                g = sim.defense.gradients(model, theta, x, y, w.to(dtype), t, noise)
+                if self.weight_decay:
+                    g = g + self.weight_decay * theta
+                velocity = self.momentum * velocity + g if self.momentum else g
+                theta = theta - self.lr * velocity
+            theta = self.mix(W, sim.defense.messages(theta, t, noise), t, sim)
+        history = pd.DataFrame(rows)
+        summary = {k: float(v) for k, v in history.iloc[-1].items() if k != "round"}
+        public = {"initial_model": initial[0]} if self.same_init else {}
+        return Outcome(history, theta, summary, truth={"initial_states": initial}, public=public)

@@ -1,0 +1,159 @@
+"""``decpriv diff A B``: compare two runs, two sweeps or two CSV tables, like ``diff``.
+
+Rows are aligned on key columns (``round``, ``node``, ... for run tables; the swept keys for sweep
+summaries), numbers compare with a relative tolerance, and the exit status is 0 when everything agrees.
+Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROW_KEYS = (
+    "job_key",
+    "round",
+    "step",
+    "node",
+    "source",
+    "observer",
+    "target",
+    "victim",
+    "attacker",
+    "threat",
+    "alpha",
+)
+IGNORED = ("job", "error")
+
+
+@dataclass
+class TableDiff:
+    name: str
+    keys: list[str]
+    changed: pd.DataFrame  # key columns + column, a, b, rel_diff
+    added: pd.DataFrame  # rows only in B
+    removed: pd.DataFrame  # rows only in A
+    added_columns: list[str] = field(default_factory=list)
+    removed_columns: list[str] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return (
+            self.changed.empty
+            and self.added.empty
+            and self.removed.empty
+            and not self.added_columns
+            and not self.removed_columns
+        )
+
+
+def _metrics_of(folder: Path) -> set[str]:
+    for run_json in [folder / "run.json", *sorted(folder.glob("*/run.json"))[:1]]:
+        if run_json.is_file():
+            return set(json.loads(run_json.read_text()).get("metrics", []))
+    return set()
+
+
+def sweep_keys(table: pd.DataFrame, metrics: set[str]) -> list[str]:
+    """Config columns whose value changes across a sweep's rows: what the sweep varied."""
+    skip = set(metrics) | set(IGNORED) | {"status"}
+    return [c for c in table.columns if c not in skip and table[c].astype(str).nunique() > 1]
+
+
+def _close(a: object, b: object, rtol: float, atol: float) -> tuple[bool, float]:
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        same = (pd.isna(a) and pd.isna(b)) if not isinstance(a, str | bool) else str(a) == str(b)
+        return same or str(a) == str(b), math.nan
+    if math.isnan(x) and math.isnan(y):
+        return True, 0.0
+    if math.isinf(x) or math.isinf(y):
+        return x == y, math.inf if x != y else 0.0
+    rel = abs(x - y) / max(abs(x), abs(y), 1e-300)
+    return abs(x - y) <= atol + rtol * max(abs(x), abs(y)), rel
+
+
+def compare_tables(
+    name: str, a: pd.DataFrame, b: pd.DataFrame, keys: list[str] | None, rtol: float, atol: float = 0.0
+) -> TableDiff:
+    a = a.drop(columns=[c for c in IGNORED if c in a], errors="ignore")
+    b = b.drop(columns=[c for c in IGNORED if c in b], errors="ignore")
+    if keys is None:
+        keys = [k for k in ROW_KEYS if k in a.columns and k in b.columns]
+    if not keys:
+        a = a.assign(row=np.arange(len(a)))
+        b = b.assign(row=np.arange(len(b)))
+        keys = ["row"]
+    for df in (a, b):
+        df[keys] = df[keys].astype(str)
+    common = [c for c in a.columns if c in b.columns and c not in keys]
+    merged = a.merge(b, on=keys, how="outer", suffixes=("@a", "@b"), indicator=True)
+    only_a = merged["_merge"] == "left_only"
+    only_b = merged["_merge"] == "right_only"
+    both = merged[merged["_merge"] == "both"]
+    changes = []
+    for column in common:
+        for _, row in both.iterrows():
+            same, rel = _close(row[f"{column}@a"], row[f"{column}@b"], rtol, atol)
+            if not same:
+                changes.append(
+                    {
+                        **{k: row[k] for k in keys},
+                        "column": column,
+                        "a": row[f"{column}@a"],
+                        "b": row[f"{column}@b"],
+                        "rel_diff": rel,
+                    }
+                )
+    changed = pd.DataFrame(changes, columns=[*keys, "column", "a", "b", "rel_diff"])
+    return TableDiff(
+        name,
+        keys,
+        changed,
+        added=merged.loc[only_b, keys].reset_index(drop=True),
+        removed=merged.loc[only_a, keys].reset_index(drop=True),
+        added_columns=[c for c in b.columns if c not in a.columns],
+        removed_columns=[c for c in a.columns if c not in b.columns],
+    )
+
+
+def _tables(target: Path) -> dict[str, pd.DataFrame]:
+    if target.is_file():
+        return {target.stem: pd.read_csv(target)}
+    return {f.stem: pd.read_csv(f) for f in sorted(target.glob("*.csv"))}
+
+
+def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0.0) -> list[TableDiff]:
+    """Compare every table the two targets share (and report the ones only one has)."""
+    a, b = Path(a), Path(b)
+    for target in (a, b):
+        if not target.exists():
+            raise FileNotFoundError(f"{target}: no such run folder or CSV file")
+    ta, tb = _tables(a), _tables(b)
+    if a.is_file() and b.is_file():
+        tb = {next(iter(ta)): next(iter(tb.values()))}
+    metrics = _metrics_of(a) | _metrics_of(b)
+    diffs = []
+    for name in sorted(set(ta) | set(tb)):
+        if name not in ta or name not in tb:
+            whole = pd.DataFrame({"table": [name]})
+            diffs.append(
+                TableDiff(
+                    name,
+                    [],
+                    pd.DataFrame(),
+                    added=whole if name in tb else pd.DataFrame(),
+                    removed=whole if name in ta else pd.DataFrame(),
+                )
+            )
+            continue
+        keys = None
+        if name == "summary" and (len(ta[name]) > 1 or len(tb[name]) > 1):
+            keys = sorted(set(sweep_keys(ta[name], metrics)) | set(sweep_keys(tb[name], metrics)))
+            keys = [k for k in keys if k in ta[name] and k in tb[name]] or None
+        diffs.append(compare_tables(name, ta[name], tb[name], keys, rtol, atol))
+    return diffs

@@ -1,0 +1,127 @@
+"""Terminal output: the headline of a run, ``decpriv list``, ``decpriv show`` and ``decpriv diff``."""
+
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from decpriv.report.diff import diff_paths
+from decpriv.report.run_folder import read_status
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def print_headline(run: Path, console: Console) -> None:
+    """The run's headline metrics as a small table, then the folder."""
+    meta = read_status(run)
+    summary = pd.read_csv(run / "summary.csv").iloc[0]
+    table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in meta.get("metrics", []):
+        if key in summary:
+            table.add_row(key, _fmt(summary[key]))
+    console.print(table)
+    console.print(f"run folder: [bold]{run}[/]", highlight=False)
+
+
+def _first_comment(text: str) -> str:
+    for line in text.splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def config_options() -> list[tuple[str, str, str]]:
+    """(group, option, one-line description) for every yaml under decpriv/conf."""
+    root = resources.files("decpriv") / "conf"
+    found = []
+    for path in sorted(Path(str(root)).rglob("*.yaml")):
+        rel = path.relative_to(Path(str(root)))
+        if rel.parent == Path("."):
+            continue
+        found.append((str(rel.parent), rel.stem, _first_comment(path.read_text())))
+    return found
+
+
+def print_groups(console: Console) -> None:
+    table = Table(title="decpriv config groups (choose with group=option)")
+    for column in ("group", "option", "description"):
+        table.add_column(column)
+    last = None
+    for group, option, text in config_options():
+        table.add_row(group if group != last else "", option, text)
+        last = group
+    console.print(table)
+
+
+def show_run(run: Path, console: Console, rows: int = 10) -> int:
+    if not (run / "run.json").is_file() and not (run / "summary.csv").is_file():
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {run} is not a run or sweep folder (no run.json / summary.csv)."
+        )
+        return 2
+    meta = read_status(run)
+    if meta:
+        console.print(
+            f"[bold]{run}[/]  status={meta.get('status')}  seed={meta.get('seed')}  device={meta.get('device')}  "
+            f"wall={meta.get('wall_seconds', {}).get('total', '?')}s",
+            highlight=False,
+        )
+        if meta.get("error"):
+            console.print(f"[red]{meta['error']}[/]", highlight=False)
+    for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
+        frame = pd.read_csv(file)
+        if file.stem == "summary" and len(frame) == 1:
+            keys = meta.get("metrics") or list(frame.columns)
+            frame = frame[["status", *[k for k in keys if k in frame]]].T.reset_index()
+            frame.columns = ["metric", "value"]
+        table = Table(title=f"{file.name} ({len(pd.read_csv(file))} rows)")
+        for column in frame.columns:
+            table.add_column(str(column))
+        for _, row in frame.head(rows).iterrows():
+            table.add_row(*[_fmt(v) for v in row])
+        console.print(table)
+    pictures = sorted(p.relative_to(run) for p in run.rglob("*.png"))
+    if pictures:
+        console.print("pictures: " + ", ".join(map(str, pictures)), highlight=False)
+    return 0
+
+
+def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console) -> int:
+    try:
+        diffs = diff_paths(a, b, rtol, atol)
+    except FileNotFoundError as error:
+        Console(stderr=True).print(f"[bold red]error:[/] {error}")
+        return 2
+    differ = [d for d in diffs if not d.equal]
+    for d in differ:
+        console.print(f"[bold]{d.name}[/]  (rows keyed on {', '.join(d.keys) or 'table'})", highlight=False)
+        for label, frame, colour in (("only in A", d.removed, "red"), ("only in B", d.added, "green")):
+            if not frame.empty:
+                console.print(
+                    f"  [{colour}]{label}:[/] "
+                    + "; ".join(", ".join(map(str, r)) for r in frame.itertuples(index=False)),
+                    highlight=False,
+                )
+        if d.removed_columns or d.added_columns:
+            console.print(
+                f"  columns only in A: {d.removed_columns}  only in B: {d.added_columns}", highlight=False
+            )
+        if not d.changed.empty:
+            table = Table(show_header=True)
+            for column in d.changed.columns:
+                table.add_column(str(column))
+            for _, row in d.changed.iterrows():
+                table.add_row(*[_fmt(v) for v in row])
+            console.print(table)
+    if not differ:
+        console.print(f"equal within rtol={rtol} atol={atol}: {len(diffs)} table(s)", highlight=False)
+        return 0
+    return 1

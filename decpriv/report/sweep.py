@@ -1,0 +1,45 @@
+"""Sweep-level summary: one table with every job's summary.csv row, failed jobs included."""
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from decpriv.report.run_folder import read_status, write_csv
+
+
+def job_folders(sweep: Path) -> list[Path]:
+    """Job folders of a sweep (those with a run.json), in job-number order."""
+    found = [p.parent for p in Path(sweep).glob("*/run.json")]
+    return sorted(found, key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name))
+
+
+def collect(sweep: Path) -> pd.DataFrame:
+    """Concatenate the jobs' summary rows; a job that died without one gets a row from its run.json."""
+    rows = []
+    for job in job_folders(sweep):
+        file = job / "summary.csv"
+        if file.is_file():
+            row = pd.read_csv(file)
+        else:
+            meta = read_status(job)
+            row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])
+        row.insert(0, "job", job.name)
+        rows.append(row)
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+class SweepSummary(Callback):
+    """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv``."""
+
+    failed = 0
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(config.hydra.sweep.dir)
+        table = collect(sweep)
+        if table.empty:
+            return
+        write_csv(sweep / "summary.csv", table)
+        SweepSummary.failed = int((table["status"] != "completed").sum())

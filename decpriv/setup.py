@@ -1,0 +1,31 @@
+"""Everything built from the config before the simulation starts (pipeline step 1, DESIGN.md)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from decpriv.adversary.adversary import Adversary
+from decpriv.data.datasets import Dataset
+from decpriv.data.partition import LocalData
+from decpriv.defenses.base import Defense
+from decpriv.graphs.network import Network
+from decpriv.models.functional import FunctionalModel
+from decpriv.rng import Seeds
+
+
+@dataclass(eq=False)
+class Setup:
+    cfg: DictConfig
+    seeds: Seeds
+    device: torch.device
+    network: Network
+    dataset: Dataset
+    local: LocalData
+    model: FunctionalModel
+    protocol: Any  # decpriv.protocols.base.Protocol
+    defense: Defense
+    adversary: Adversary
+    attack: Any | None  # decpriv.attacks.base.Attack
+    accountant: Any | None  # decpriv.privacy.base.Accountant

@@ -1,0 +1,108 @@
+"""Config validation before any work: every plugin's keys are checked against the signature of the
+callable its ``_target_`` names (unknown keys, wrong types), and top-level keys against their allowed
+values. Each problem is one sentence naming the key, the value and the fix.
+"""
+
+import inspect
+import types
+import typing
+from typing import Any
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from decpriv.errors import ConfigError, bad
+
+PLUGIN_GROUPS = (
+    "topology",
+    "gossip_matrix",
+    "data",
+    "partition",
+    "model",
+    "protocol",
+    "defense",
+    "attack",
+    "accountant",
+)
+DEVICES = ("auto", "cpu", "cuda")
+INJECTED = {"seeds", "labels", "n", "rng", "input_shape", "num_classes", "graph"}  # filled in by the pipeline
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(a, value) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin in (tuple, list) or annotation in (tuple, list):
+        return isinstance(value, list | tuple | ListConfig)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict | DictConfig)
+    return True
+
+
+def _describe(annotation: Any) -> str:
+    text = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+    return text.replace("NoneType", "null")
+
+
+def check_plugin(group: str, node: DictConfig) -> None:
+    """Check one plugin's keys against its ``_target_``'s signature."""
+    target = node.get("_target_")
+    if target is None:
+        raise ConfigError(
+            f"{group}: the config has no _target_; every {group} yaml names the callable it builds."
+        )
+    try:
+        obj = get_object(target)
+    except Exception:
+        raise bad(f"{group}._target_", target, "cannot be imported", "check the module path") from None
+    params = inspect.signature(obj).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+    for key in node:
+        if key.startswith("_"):
+            continue
+        if key not in params:
+            if takes_kwargs:
+                continue
+            known = ", ".join(k for k in params if k not in INJECTED and k != "self")
+            raise bad(
+                f"{group}.{key}", node[key], f"{obj.__name__} has no such parameter", f"known keys: {known}"
+            )
+        value = OmegaConf.to_object(node[key]) if OmegaConf.is_config(node[key]) else node[key]
+        annotation = hints.get(key, params[key].annotation)
+        if not _accepts(annotation, value):
+            raise bad(
+                f"{group}.{key}", value, f"expected {_describe(annotation)}", "give a value of that type"
+            )
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse a bad config in one sentence (ConfigError), before anything is built."""
+    if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
+        raise bad("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
+    if cfg.get("device") not in DEVICES:
+        raise bad("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
+    for group in PLUGIN_GROUPS:
+        node = cfg.get(group)
+        if node is not None:
+            check_plugin(group, node)
+    adv = cfg.adversary
+    if not isinstance(adv.count, int) or adv.count < 0:
+        raise bad(
+            "adversary.count", adv.count, "a count is a non-negative integer", "use e.g. adversary.count=1"
+        )
+    nodes = OmegaConf.to_object(adv.nodes) if adv.nodes is not None else []
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
+        raise bad("adversary.nodes", nodes, "node indices are integers", "use e.g. adversary.nodes=[0,3]")
