@@ -104,7 +104,8 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
         recorder,
         setup.seeds,
         setup.device,
-        show_progress,
+        behaviour=setup.attack.behaviour(setup) if recording else None,
+        show_progress=show_progress,
     )
     outcome = setup.protocol.run(sim)
     if not recording:

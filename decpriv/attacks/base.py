@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.view import View
 from decpriv.report.findings import Report
 from decpriv.setup import Setup
@@ -14,6 +15,10 @@ class Attack:
 
     def check(self, setup: Setup) -> None:
         """Refuse configurations the attack does not apply to (raise ConfigError), before any computation."""
+
+    def behaviour(self, setup: Setup) -> Behaviour | None:
+        """Active attacks return the message forgery the protocol applies; passive ones None."""
+        return None
 
     def run(self, view: View) -> Any:
         """The attack itself: sees the View only."""

@@ -10,8 +10,8 @@ from decpriv.models.functional import FunctionalModel
 class Defense:
     """No defense: exact local gradients, messages sent as they are.
 
-    Subclasses override :meth:`gradients` (clipping, noise: DP-SGD, LDP, DECOR) and/or :meth:`messages`
-    (noise or quantisation on what is sent: Muffliato, quantised PDMM).
+    Subclasses override :meth:`gradients` (clipping, noise: DP-SGD, LDP, DECOR), :meth:`messages`
+    (noise or quantisation on what is sent: Muffliato, quantised PDMM) and/or :meth:`aggregate`.
     """
 
     name = "none"
@@ -30,6 +30,11 @@ class Defense:
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:
         return values
+
+    def aggregate(self, W: torch.Tensor, messages: torch.Tensor) -> torch.Tensor:
+        """How a node combines what it received: plain gossip W @ messages by default (robust rules such
+        as self-centred clipping override it)."""
+        return W @ messages
 
     def summary(self) -> dict[str, Any]:
         """Headline facts for summary.csv (noise levels, clipping...)."""

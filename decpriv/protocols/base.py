@@ -8,6 +8,7 @@ import torch
 from rich.progress import Progress
 
 from decpriv.adversary.adversary import Adversary
+from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.recorder import Recorder
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
@@ -28,6 +29,7 @@ class Simulation:
     recorder: Recorder
     seeds: Seeds
     device: torch.device
+    behaviour: Behaviour | None = None  # an active attack's message forgery, if any
     show_progress: bool = False
 
     def progress(self, total: int, label: str):

@@ -10,6 +10,7 @@ adversary records the broadcast messages theta^{t+1/2} (and the intermediate gos
 import pandas as pd
 import torch
 
+from decpriv.adversary.behaviour import apply_forgery
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
@@ -69,11 +70,19 @@ class DSGD(Protocol):
             )
 
     def mix(self, W: torch.Tensor, messages: torch.Tensor, round_: int, sim: Simulation) -> torch.Tensor:
-        """K gossip steps; the adversary records each step's messages."""
+        """K gossip steps through the defense's aggregation rule; the adversary records each step's
+        messages and an active adversary may replace its own, per receiver, at the first step."""
         x = messages
         for k in range(self.gossip_steps):
             sim.recorder.record(round_, k, x)
-            x = W @ x
+            mixed = sim.defense.aggregate(W, x)
+            if sim.behaviour is not None and k == 0:
+                seen = torch.as_tensor(sim.recorder.senders, device=x.device)
+                own = torch.as_tensor(sim.adversary.nodes, device=x.device)
+                forgery = sim.behaviour.forge(round_, sim.recorder.senders, x[seen], x[own])
+                if forgery is not None:
+                    mixed = apply_forgery(sim.network.W, mixed, x, forgery)
+            x = mixed
         return x
 
     def run(self, sim: Simulation) -> Outcome:

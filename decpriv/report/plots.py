@@ -1,0 +1,117 @@
+"""Picture primitives shared by attacks, accountants and sweeps. Each returns a matplotlib Figure; the
+run folder writer saves it as PNG (Agg backend: no screen needed)."""
+
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import networkx as nx  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def graph_figure(
+    graph: nx.Graph,
+    categories: Sequence[str],
+    palette: dict[str, str],
+    title: str = "",
+    values: Sequence[float] | None = None,
+    value_label: str = "",
+) -> Figure:
+    """The graph with each node coloured by its category (``palette``), or by ``values`` on a colour map.
+
+    Node positions: the ``pos`` attribute when present (random geometric graphs), else a seeded spring layout.
+    """
+    pos = nx.get_node_attributes(graph, "pos") or nx.spring_layout(graph, seed=0)
+    n = graph.number_of_nodes()
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    nx.draw_networkx_edges(graph, pos, ax=ax, alpha=0.35, width=0.8)
+    size = max(30, 3000 // max(n, 1))
+    if values is not None:
+        drawn = nx.draw_networkx_nodes(
+            graph, pos, ax=ax, node_size=size, node_color=list(values), cmap="viridis"
+        )
+        fig.colorbar(drawn, ax=ax, label=value_label)
+    else:
+        for category, colour in palette.items():
+            members = [v for v in graph.nodes if categories[v] == category]
+            if members:
+                nx.draw_networkx_nodes(
+                    graph,
+                    pos,
+                    nodelist=members,
+                    node_color=colour,
+                    ax=ax,
+                    node_size=size,
+                    label=f"{category} ({len(members)})",
+                )
+        ax.legend(loc="best", fontsize=8)
+    if n <= 40:
+        nx.draw_networkx_labels(graph, pos, ax=ax, font_size=7)
+    ax.set_title(title)
+    ax.axis("off")
+    return fig
+
+
+def image_grid(
+    rows: Sequence[tuple[str, np.ndarray]], captions: Sequence[str] | None = None, title: str = ""
+) -> Figure:
+    """Rows of images (e.g. ("true", X), ("recovered", Xhat)), each X of shape (k, C, H, W) in [0, 1]."""
+    k = max(len(images) for _, images in rows)
+    fig, axes = plt.subplots(len(rows), k, figsize=(1.2 * k + 1, 1.3 * len(rows) + 0.4), squeeze=False)
+    for r, (label, images) in enumerate(rows):
+        for c in range(k):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c < len(images):
+                img = np.clip(np.asarray(images[c], dtype=float), 0, 1)
+                img = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
+                ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
+            else:
+                ax.axis("off")
+            if c == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if r == len(rows) - 1 and captions is not None and c < len(captions):
+                ax.set_xlabel(captions[c], fontsize=7)
+    fig.suptitle(title)
+    return fig
+
+
+def metric_plot(
+    table: pd.DataFrame,
+    x: str,
+    y: str,
+    hue: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    title: str = "",
+) -> Figure:
+    """``y`` against ``x``, one line per ``hue`` value, mean with std error bars over repeated rows (seeds)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    groups = table.groupby(hue, sort=True) if hue else [(None, table)]
+    for label, part in groups:
+        stats = part.groupby(x)[y].agg(["mean", "std"]).reset_index()
+        ax.errorbar(
+            stats[x],
+            stats["mean"],
+            yerr=stats["std"].fillna(0),
+            marker="o",
+            capsize=3,
+            label=str(label) if hue else None,
+        )
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if hue:
+        ax.legend(title=hue, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    return fig
