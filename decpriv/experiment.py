@@ -3,6 +3,7 @@
 Nothing before ``write`` touches the disk except run.json's ``running`` marker.
 """
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def build(cfg: DictConfig) -> Setup:
     defense = instantiate(cfg.defense) if cfg.get("defense") else Defense()
     adversary = choose_adversary(network, seeds, **OmegaConf.to_container(cfg.adversary))
     attack = instantiate(cfg.attack) if cfg.get("attack") else None
-    accountant = instantiate(cfg.accountant) if cfg.get("accountant") else None
+    accountant = instantiate(cfg.accountant) if cfg.get("accountant") else defense.accountant()
     setup = Setup(
         cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
     )
@@ -149,13 +150,25 @@ def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def config_digest(config_columns: dict[str, Any]) -> str:
+    """A short hash of the flattened config: equal digests mean the same experiment (resuming sweeps)."""
+    text = json.dumps(
+        {k: config_columns[k] for k in sorted(config_columns) if k not in ("name", "debug")}, default=str
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def run(
     cfg: DictConfig, out_dir: Path | str, choices: dict[str, Any] | None = None, show_progress: bool = False
 ) -> Path:
     """Run the whole pipeline into ``out_dir``; returns it. Re-raises errors after marking run.json failed."""
     folder = RunFolder(out_dir)
-    folder.start(int(cfg.seed) if isinstance(cfg.get("seed"), int) else -1, str(cfg.get("device")))
     config_columns = flatten_config(cfg, choices or {})
+    folder.start(
+        int(cfg.seed) if isinstance(cfg.get("seed"), int) else -1,
+        str(cfg.get("device")),
+        config_digest(config_columns),
+    )
     try:
         with folder.phase("build"):
             setup = build(cfg)

@@ -1,10 +1,13 @@
 """The defense interface protocols call. ``none`` is the identity."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from decpriv.models.functional import FunctionalModel
+
+if TYPE_CHECKING:
+    from decpriv.privacy.base import Accountant
 
 
 class Defense:
@@ -35,6 +38,10 @@ class Defense:
         """How a node combines what it received: plain gossip W @ messages by default (robust rules such
         as self-centred clipping override it)."""
         return W @ messages
+
+    def accountant(self) -> "Accountant | None":
+        """The accountant used when ``accountant`` is not set (none for an undefended run)."""
+        return None
 
     def summary(self) -> dict[str, Any]:
         """Headline facts for summary.csv (noise levels, clipping...)."""

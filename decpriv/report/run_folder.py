@@ -58,9 +58,10 @@ class RunFolder:
         self.meta: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 
-    def start(self, seed: int, device: str) -> None:
+    def start(self, seed: int, device: str, config_digest: str) -> None:
         self.meta = {
             "status": "running",
+            "config_digest": config_digest,
             "started": datetime.now().isoformat(timespec="seconds"),
             "seed": seed,
             "device": device,
