@@ -32,6 +32,7 @@ Examples:  decpriv run topology=torus protocol.rounds=50
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> None:
+    # Parallel launchers pickle this function by value: it must not close over module state (locks).
     runtime = HydraConfig.get()
     out = Path(runtime.runtime.output_dir)
     choices = {k: v for k, v in runtime.runtime.choices.items() if not k.startswith("hydra")}
@@ -47,7 +48,7 @@ def _hydra_job(cfg: DictConfig) -> None:
         return
     from decpriv.report.show import print_headline
 
-    print_headline(out, console)
+    print_headline(out, Console())
 
 
 def _compose_or_refuse(overrides: list[str]) -> DictConfig:

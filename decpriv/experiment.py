@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,23 +41,36 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def make(node: DictConfig, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` that lets a plugin's ConfigError through unwrapped (exit status 2)."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise
+
+
 def build(cfg: DictConfig) -> Setup:
     """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
     validate(cfg)
     seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
-    network = Network.build(instantiate(cfg.topology), instantiate(cfg.gossip_matrix))
-    dataset = instantiate(cfg.data, seeds=seeds)
-    parts = instantiate(
+    network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
+    dataset = make(cfg.data, seeds=seeds)
+    parts = make(
         cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
     )
     local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
-    model = instantiate(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
-    protocol = instantiate(cfg.protocol)
-    defense = instantiate(cfg.defense) if cfg.get("defense") else Defense()
+    model = make(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
+    protocol = make(cfg.protocol)
+    defense = make(cfg.defense) if cfg.get("defense") else Defense()
     adversary = choose_adversary(network, seeds, **OmegaConf.to_container(cfg.adversary))
-    attack = instantiate(cfg.attack) if cfg.get("attack") else None
-    accountant = instantiate(cfg.accountant) if cfg.get("accountant") else defense.accountant()
+    attack = make(cfg.attack) if cfg.get("attack") else None
+    accountant = make(cfg.accountant) if cfg.get("accountant") else defense.accountant()
     setup = Setup(
         cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
     )
@@ -78,11 +92,11 @@ def build(cfg: DictConfig) -> Setup:
 def precheck(cfg: DictConfig) -> None:
     """The cheap part of :func:`build` (no data loading): used to check every job of a sweep up front."""
     validate(cfg)
-    network = Network.build(instantiate(cfg.topology), instantiate(cfg.gossip_matrix))
+    network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
     choose_adversary(network, Seeds(cfg.seed), **OmegaConf.to_container(cfg.adversary))
     for group in ("protocol", "defense", "attack", "accountant"):
         if cfg.get(group):
-            instantiate(cfg[group])
+            make(cfg[group])
 
 
 def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View | None]:
