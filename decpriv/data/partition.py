@@ -101,23 +101,21 @@ class LocalData:
 
     @classmethod
     def stack(cls, x: torch.Tensor, y: torch.Tensor, parts: list[np.ndarray]) -> "LocalData":
-        m = max(len(p) for p in parts)
-        if min(len(p) for p in parts) == 0:
+        counts = np.array([len(p) for p in parts], dtype=np.int64)
+        if counts.min() == 0:
             raise bad(
                 "partition", "empty", "a node received no data", "use fewer nodes or more samples per node"
             )
-        n = len(parts)
+        n, m = len(parts), int(counts.max())
+        mask = np.arange(m)[None, :] < counts[:, None]
         idx = np.zeros((n, m), dtype=np.int64)
-        mask = np.zeros((n, m), dtype=bool)
-        for v, part in enumerate(parts):
-            idx[v, : len(part)] = part
-            mask[v, : len(part)] = True
+        idx[mask] = np.concatenate(parts)
         flat = torch.as_tensor(idx.reshape(-1))
         return cls(
             x=x[flat].reshape(n, m, *x.shape[1:]),
             y=y[flat].reshape(n, m),
             mask=torch.as_tensor(mask),
-            counts=torch.as_tensor(mask.sum(1)),
+            counts=torch.as_tensor(counts),
             indices=tuple(parts),
         )
 
@@ -130,16 +128,29 @@ class LocalData:
             self.x.to(device), self.y.to(device), self.mask.to(device), self.counts.to(device), self.indices
         )
 
+    def require_batch(self, size: int | None, key: str = "protocol.batch_size") -> None:
+        """Refuse a minibatch larger than the smallest local set (batches are drawn without replacement)."""
+        smallest = int(self.counts.min())
+        if size is not None and size > smallest:
+            raise bad(
+                key,
+                size,
+                f"the smallest local set holds {smallest} samples",
+                f"use {key} <= {smallest}, null for full batch, or more samples per node",
+            )
+
     def batch(
         self, size: int | None, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One minibatch per node, drawn uniformly with replacement from its own samples (vectorised).
+        """One minibatch per node: ``size`` distinct samples drawn uniformly from its own set (vectorised:
+        the ``size`` largest of i.i.d. uniform keys, padding keyed below every sample).
 
         ``size=None`` returns the whole padded local set with its mask (full-batch gradient).
         """
         if size is None:
             return self.x, self.y, self.mask.to(self.x.dtype)
-        u = torch.rand(self.n, size, generator=generator, device=generator.device).to(self.x.device)
-        pick = (u * self.counts[:, None]).long()
+        keys = torch.rand(self.mask.shape, generator=generator, device=generator.device).to(self.x.device)
+        keys = keys.masked_fill(~self.mask, -1.0)
+        pick = keys.topk(size, dim=1, sorted=False).indices
         rows = torch.arange(self.n, device=self.x.device)[:, None]
         return self.x[rows, pick], self.y[rows, pick], torch.ones(self.n, size, device=self.x.device)

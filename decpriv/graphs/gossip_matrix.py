@@ -1,13 +1,16 @@
 """Gossip matrices: pure functions from a graph on nodes 0..n-1 to a sparse stochastic matrix.
 
-W[v, w] > 0 only on edges and the diagonal; rows sum to one. Selected by the ``gossip_matrix`` config
-group; a user hook is any importable ``f(graph) -> scipy.sparse`` named by ``gossip_matrix._target_``.
+W[v, w] > 0 only on edges and the diagonal; rows sum to one (Boyd et al. 2006; Bellet, PODL 2024, Sec. 1).
+Selected by the ``gossip_matrix`` config group; ``gossip_matrix=hook gossip_matrix.function=pkg.mod.fn``
+plugs in a user's ``fn(graph) -> scipy.sparse``, whose result :func:`check_gossip_matrix` verifies.
 """
 
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+
+from decpriv.errors import bad
 
 
 def _edges_and_degrees(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -53,6 +56,67 @@ def uniform(graph: nx.Graph) -> sp.csr_array:
     return sp.csr_array((1.0 / (degree[rows] + 1.0), (rows, cols)), shape=(n, n))
 
 
+def hook(graph: nx.Graph, function: str | None = None) -> sp.csr_array:
+    """A user-supplied weighting: ``function`` is the dotted path of ``f(graph) -> (n, n) matrix``."""
+    from hydra.utils import get_method
+
+    if not function:
+        raise bad(
+            "gossip_matrix.function",
+            function,
+            "the hook needs a function",
+            "pass gossip_matrix.function=package.module.function",
+        )
+    try:
+        weights = get_method(function)
+    except Exception:
+        raise bad(
+            "gossip_matrix.function",
+            function,
+            "no such importable function",
+            "give the dotted path of f(graph) -> matrix on the Python path",
+        ) from None
+    return sp.csr_array(weights(graph), dtype=np.float64)
+
+
+def check_gossip_matrix(W: sp.sparray, graph: nx.Graph, tol: float = 1e-9) -> None:
+    """Refuse a W that is not (n, n), has negative entries, rows not summing to one, or weight off the
+    edges and diagonal of ``graph`` (nodes 0..n-1)."""
+    n = graph.number_of_nodes()
+    if W.shape != (n, n):
+        raise bad(
+            "gossip_matrix", f"shape {W.shape}", f"the graph has {n} nodes", f"return an ({n}, {n}) matrix"
+        )
+    coo = sp.coo_array(W)
+    if (coo.data < -tol).any():
+        raise bad("gossip_matrix", "negative weight", "gossip weights must be >= 0", "fix the weighting")
+    rows = np.asarray(W.sum(axis=1)).ravel()
+    worst = int(np.argmax(np.abs(rows - 1.0)))
+    if abs(rows[worst] - 1.0) > 1e-6:
+        raise bad(
+            "gossip_matrix",
+            f"row {worst} sums to {rows[worst]:.6g}",
+            "every row of W must sum to 1",
+            "normalise the weighting's rows",
+        )
+    u, v, _, _ = _edges_and_degrees(graph)
+    allowed = sp.csr_array(
+        (np.ones(2 * len(u) + n), (np.r_[u, v, np.arange(n)], np.r_[v, u, np.arange(n)])), shape=(n, n)
+    )
+    big = coo.data > tol
+    pattern = sp.csr_array((np.ones(big.sum()), (coo.row[big], coo.col[big])), shape=(n, n))
+    outside = sp.coo_array(pattern - pattern.multiply(allowed))
+    outside.eliminate_zeros()
+    if outside.nnz:
+        pair = (int(outside.row[0]), int(outside.col[0]))
+        raise bad(
+            "gossip_matrix",
+            f"weight on {pair}",
+            "W may be non-zero only on edges and the diagonal",
+            "zero the weights between non-neighbours",
+        )
+
+
 def spectral_gap(W: sp.sparray) -> float:
     """1 - |lambda_2|, lambda_2 the second largest eigenvalue modulus of W (gossip converges as exp(-k gap))."""
     n = W.shape[0]
@@ -62,7 +126,8 @@ def spectral_gap(W: sp.sparray) -> float:
         eig = np.linalg.eigvalsh(dense) if sym else np.linalg.eigvals(dense)
         moduli = np.sort(np.abs(eig))[::-1]
     else:
-        moduli = np.sort(np.abs(spla.eigs(W.astype(np.float64), k=3, which="LM", return_eigenvectors=False)))[
-            ::-1
-        ]
+        W = sp.csr_array(W, dtype=np.float64)
+        sym = abs(W - W.T).max() < 1e-12
+        eig = (spla.eigsh if sym else spla.eigs)(W, k=3, which="LM", return_eigenvectors=False)
+        moduli = np.sort(np.abs(eig))[::-1]
     return float(1.0 - moduli[1])

@@ -9,7 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from decpriv.errors import ConfigError
+from decpriv.errors import bad
+from decpriv.graphs.gossip_matrix import check_gossip_matrix
 
 
 def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
@@ -46,15 +47,23 @@ class Network:
     @classmethod
     def build(cls, graph: nx.Graph, weights: Callable[[nx.Graph], sp.sparray]) -> "Network":
         if graph.number_of_nodes() < 2:
-            raise ConfigError("topology: the graph has fewer than 2 nodes; choose a larger topology.n.")
+            raise bad(
+                "topology",
+                f"{graph.number_of_nodes()} node(s)",
+                "a network needs at least 2 nodes",
+                "choose a larger topology.n",
+            )
         if not nx.is_connected(graph):
             parts = nx.number_connected_components(graph)
-            raise ConfigError(
-                f"topology: the graph is disconnected ({parts} components); pick a connected topology or "
-                "set topology.largest_component=true for edge lists."
+            raise bad(
+                "topology",
+                f"{parts} components",
+                "the graph is disconnected, so gossip cannot reach consensus",
+                "pick a connected topology, or topology.largest_component=true for an edge list",
             )
         indexed, names = index_nodes(graph)
         W = sp.csr_array(weights(indexed), dtype=np.float64)
+        check_gossip_matrix(W, indexed)
         return cls(indexed, tuple(names), W)
 
     @property

@@ -1,10 +1,11 @@
-"""D-SGD / D-PSGD (Lian et al. 2017; Bellet PODL 2024 slides):
+"""D-SGD / D-PSGD (Lian et al. 2017; Bellet, PODL 2024, Sec. 1; Pasquini et al. 2023, Sec. 3):
 
     theta_v^{t+1/2} = theta_v^t - lr * (grad l(theta_v^t; batch_v^t) [+ momentum, weight decay])   (local_steps times)
     theta^{t+1}     = W^K theta^{t+1/2}                                                          (K = gossip_steps)
 
 All nodes at once: one vmap(grad) call per local step, one (sparse) matmul per gossip step. The
 adversary records the broadcast messages theta^{t+1/2} (and the intermediate gossip values when K > 1).
+Minibatches are ``batch_size`` distinct local samples, redrawn every local step.
 """
 
 import pandas as pd
@@ -14,9 +15,22 @@ from decpriv.adversary.behaviour import apply_forgery
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
-from decpriv.metrics.training import Evaluator
+from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+
+
+def check_batch_size(batch_size: int | None, network: Network, dataset: Dataset) -> None:
+    """Refuse a batch larger than the average local set (the smallest is never larger); the exact test
+    against the partition is :meth:`LocalData.require_batch` at the start of the run."""
+    average = len(dataset.x_train) // network.n
+    if batch_size is not None and batch_size > average:
+        raise bad(
+            "protocol.batch_size",
+            batch_size,
+            f"local sets hold about {average} samples",
+            f"use protocol.batch_size <= {average} or null for full batch",
+        )
 
 
 class DSGD(Protocol):
@@ -33,6 +47,7 @@ class DSGD(Protocol):
         gossip_steps: int = 1,
         same_init: bool = True,
         eval_every: int | None = None,
+        average_last: int | None = None,
         dtype: str = "float32",
     ):
         for key, value, low in (
@@ -50,24 +65,22 @@ class DSGD(Protocol):
             raise bad(
                 "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
             )
+        if average_last is not None and not 1 <= average_last <= rounds:
+            raise bad(
+                "protocol.average_last",
+                average_last,
+                f"the window must lie within the {rounds} rounds",
+                f"use 1..{rounds} or null (last round only)",
+            )
+        if dtype not in ("float32", "float64"):
+            raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
         self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
         self.local_steps, self.momentum, self.weight_decay = local_steps, momentum, weight_decay
-        self.gossip_steps, self.same_init, self.eval_every, self.dtype = (
-            gossip_steps,
-            same_init,
-            eval_every,
-            dtype,
-        )
+        self.gossip_steps, self.same_init, self.eval_every = gossip_steps, same_init, eval_every
+        self.average_last, self.dtype = average_last, dtype
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
-        smallest = len(dataset.x_train) // network.n
-        if self.batch_size is not None and self.batch_size > smallest:
-            raise bad(
-                "protocol.batch_size",
-                self.batch_size,
-                f"local sets hold about {smallest} samples",
-                f"use protocol.batch_size <= {smallest} or null for full batch",
-            )
+        check_batch_size(self.batch_size, network, dataset)
 
     def mix(self, W: torch.Tensor, messages: torch.Tensor, round_: int, sim: Simulation) -> torch.Tensor:
         """K gossip steps through the defense's aggregation rule; the adversary records each step's
@@ -86,6 +99,7 @@ class DSGD(Protocol):
         return x
 
     def run(self, sim: Simulation) -> Outcome:
+        sim.local.require_batch(self.batch_size)
         dtype = getattr(torch, self.dtype)
         model, local = sim.model, sim.local
         theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
@@ -96,6 +110,7 @@ class DSGD(Protocol):
         velocity = torch.zeros_like(theta)
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
+        evals |= set(range(self.rounds - (self.average_last or 1) + 1, self.rounds + 1))
         rows = []
         for t in sim.progress(self.rounds + 1, self.name):
             if t in evals:
@@ -111,6 +126,6 @@ class DSGD(Protocol):
                 theta = theta - self.lr * velocity
             theta = self.mix(W, sim.defense.messages(theta, t, noise), t, sim)
         history = pd.DataFrame(rows)
-        summary = {k: float(v) for k, v in history.iloc[-1].items() if k != "round"}
+        summary = summarise(history, self.rounds, self.average_last)
         public = {"initial_model": initial[0]} if self.same_init else {}
         return Outcome(history, theta, summary, truth={"initial_states": initial}, public=public)

@@ -1,16 +1,26 @@
-"""Federated baselines on a star: FedAvg (McMahan et al. 2017) and FedSGD (one full-batch step a round).
+"""Federated baselines: FedAvg (McMahan et al. 2017, Algorithm 1) and FedSGD (one full-batch step a round).
 
-The server is not a learner: every client trains, the server averages (weighted by local set size) the
-models of a ``client_fraction`` of the clients and broadcasts the result. With all clients, one local
-step and equal sets, a FedAvg round equals a D-PSGD round on the complete graph (tested).
+The n nodes of the topology are the clients; the server is implicit and not a learner (use
+``topology=star`` or ``complete`` so that a corrupt node's view matches the server's). Each round every
+client runs ``local_steps`` minibatch SGD steps (or ``local_epochs`` passes over its set) from the global
+model; the server averages, weighted by local set size, the models of a ``client_fraction`` of the
+clients and broadcasts the result. With all clients, one local step and equal sets, a FedAvg round equals
+a D-PSGD round on the complete graph (Pasquini et al. 2023, Sec. 3; tested).
 """
+
+import math
 
 import pandas as pd
 import torch
 
+from decpriv.data.datasets import Dataset
+from decpriv.data.partition import LocalData
 from decpriv.errors import bad
-from decpriv.metrics.training import Evaluator
+from decpriv.graphs.network import Network
+from decpriv.metrics.training import Evaluator, summarise
+from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.dsgd import check_batch_size
 
 
 class FedAvg(Protocol):
@@ -24,9 +34,17 @@ class FedAvg(Protocol):
         local_steps: int = 1,
         client_fraction: float = 1.0,
         eval_every: int | None = None,
+        local_epochs: float | None = None,
     ):
-        if rounds < 1 or local_steps < 1:
-            raise bad("protocol.rounds", rounds, "rounds and local_steps must be >= 1", "set both >= 1")
+        for key, value in (("rounds", rounds), ("local_steps", local_steps)):
+            if value < 1:
+                raise bad(f"protocol.{key}", value, "must be at least 1", f"set protocol.{key} >= 1")
+        if local_epochs is not None and local_epochs <= 0:
+            raise bad("protocol.local_epochs", local_epochs, "must be positive", "use e.g. 1 or null")
+        if batch_size is not None and batch_size < 1:
+            raise bad(
+                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
+            )
         if lr <= 0:
             raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
         if not 0 < client_fraction <= 1:
@@ -34,11 +52,23 @@ class FedAvg(Protocol):
                 "protocol.client_fraction", client_fraction, "a fraction lies in (0, 1]", "use e.g. 1.0"
             )
         self.rounds, self.lr, self.batch_size, self.local_steps = rounds, lr, batch_size, local_steps
-        self.client_fraction, self.eval_every = client_fraction, eval_every
+        self.client_fraction, self.eval_every, self.local_epochs = client_fraction, eval_every, local_epochs
+
+    def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
+        check_batch_size(self.batch_size, network, dataset)
+
+    def steps_per_round(self, local: LocalData) -> int:
+        """``local_steps``, or enough minibatches for ``local_epochs`` passes over the largest local set."""
+        if self.local_epochs is None:
+            return self.local_steps
+        per_epoch = 1 if self.batch_size is None else math.ceil(int(local.counts.max()) / self.batch_size)
+        return max(1, math.ceil(self.local_epochs * per_epoch))
 
     def run(self, sim: Simulation) -> Outcome:
+        sim.local.require_batch(self.batch_size)
         model, local = sim.model, sim.local
         n = local.n
+        steps = self.steps_per_round(local)
         global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device)
         initial = global_model.clone()
         batches = sim.seeds.torch("batches", sim.device)
@@ -55,7 +85,7 @@ class FedAvg(Protocol):
                 rows.append({"round": t, **evaluate(theta)})
             if t == self.rounds:
                 break
-            for _ in range(self.local_steps):
+            for _ in range(steps):
                 x, y, w = local.batch(self.batch_size, batches)
                 theta = theta - self.lr * sim.defense.gradients(model, theta, x, y, w, t, noise)
             updates = sim.defense.messages(theta, t, noise)
@@ -64,7 +94,7 @@ class FedAvg(Protocol):
             wsel = weights[chosen]
             global_model = (wsel[:, None] * updates[chosen]).sum(0) / wsel.sum()
         history = pd.DataFrame(rows)
-        summary = {k: float(v) for k, v in history.iloc[-1].items() if k != "round"}
+        summary = summarise(history, self.rounds)
         return Outcome(
             history, global_model.expand(n, -1).clone(), summary, public={"initial_model": initial}
         )
@@ -78,4 +108,4 @@ class FedSGD(FedAvg):
     def __init__(
         self, rounds: int = 50, lr: float = 0.1, client_fraction: float = 1.0, eval_every: int | None = None
     ):
-        super().__init__(rounds, lr, None, 1, client_fraction, eval_every)
+        super().__init__(rounds, lr, None, 1, client_fraction, eval_every, None)
