@@ -131,8 +131,7 @@ def _require(root: str | None, key_hint: str, how: str) -> Path:
 
 
 _TORCHVISION_HOW = (
-    "place the torchvision copy of {name} there (e.g. torchvision.datasets.{cls}(root, download=True) on a "
-    "machine with internet access), decpriv never downloads"
+    "put torchvision's {name} files there (torchvision.datasets.{cls}(root, download=True) online)"
 )
 
 
