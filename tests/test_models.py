@@ -1,0 +1,115 @@
+"""Models as functions of a flat parameter vector: shapes, batched (vmap) gradients == per-node autograd."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from decpriv.models import architectures as arch
+
+
+def _count(model) -> int:
+    return sum(p.numel() for p in model.module.parameters())
+
+
+@pytest.mark.parametrize(
+    ("build", "shape", "classes", "params"),
+    [
+        (lambda s, k: arch.softmax(s, k), (1, 8, 8), 10, 650),
+        (lambda s, k: arch.logistic(s, k), (30,), 2, 31),
+        (lambda s, k: arch.linear_regression(s, k), (10,), 0, 10),
+        (
+            lambda s, k: arch.mlp(s, k, hidden=(32, 16)),
+            (1, 8, 8),
+            10,
+            64 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10,
+        ),
+        (lambda s, k: arch.cnn(s, k), (1, 8, 8), 10, None),
+        (lambda s, k: arch.cnn(s, k), (1, 28, 28), 10, None),
+        (lambda s, k: arch.cnn(s, k), (3, 32, 32), 10, None),
+    ],
+)
+def test_flat_parameters_and_output_shapes(build, shape, classes, params):
+    model = build(shape, classes)
+    assert model.p == _count(model)
+    if params is not None:
+        assert model.p == params
+    theta = model.init(3, seed=0, same=False)
+    assert theta.shape == (3, model.p)
+    out = model.forward(theta[0], torch.rand(5, *shape))
+    assert out.shape == (5, 1 if classes <= 2 else classes)
+    assert model.predict(theta, torch.rand(4, *shape)).shape == (3, 4)
+
+
+def test_resnet20_has_the_cifar_depth():
+    model = arch.resnet20((3, 32, 32), 10)
+    convs = [m for m in model.module.modules() if isinstance(m, nn.Conv2d) and m.kernel_size == (3, 3)]
+    assert len(convs) == 19  # + the final linear layer = 20 weighted layers
+    assert 0.26e6 < model.p < 0.28e6
+    assert not model.buffers  # no running statistics: vmap over nodes is exact
+
+
+def test_init_same_and_different():
+    model = arch.mlp((4,), 3, hidden=(5,))
+    same = model.init(4, seed=1)
+    assert torch.equal(same[0], same[3])
+    assert torch.equal(same, model.init(4, seed=1))
+    diff = model.init(4, seed=1, same=False)
+    assert not torch.equal(diff[0], diff[1])
+    assert torch.equal(diff[0], same[0])
+
+
+def test_unflatten_round_trip():
+    model = arch.cnn((1, 8, 8), 10)
+    theta = torch.randn(model.p)
+    parts = model.unflatten(theta)
+    assert list(parts) == model.names
+    assert torch.equal(torch.cat([parts[k].reshape(-1) for k in model.names]), theta)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: arch.softmax((1, 8, 8), 10),
+        lambda: arch.mlp((1, 8, 8), 10, hidden=(16,)),
+        lambda: arch.cnn((1, 8, 8), 10, channels=(4, 6), hidden=8),
+    ],
+)
+def test_node_gradients_equal_per_node_autograd(build):
+    model = build()
+    n, b = 4, 6
+    theta = model.init(n, seed=0, same=False)
+    x, y = torch.rand(n, b, 1, 8, 8), torch.randint(10, (n, b))
+    weight = (torch.rand(n, b) > 0.3).float()
+    weight[:, 0] = 1
+    batched = model.node_gradients(theta, x, y, weight)
+    for v in range(n):
+        th = theta[v].clone().requires_grad_(True)
+        params = model.unflatten(th)
+        logits = torch.func.functional_call(model.module, params, (x[v],))
+        losses = nn.functional.cross_entropy(logits, y[v], reduction="none")
+        loss = (losses * weight[v]).sum() / weight[v].sum()
+        (expected,) = torch.autograd.grad(loss, th)
+        assert torch.allclose(batched[v], expected, atol=1e-6)
+    per_example = model.example_gradients(theta, x, y)
+    assert per_example.shape == (n, b, model.p)
+    assert torch.allclose(per_example.mean(1), model.node_gradients(theta, x, y), atol=1e-6)
+
+
+def test_least_squares_gradient_by_hand():
+    model = arch.linear_regression((3,), 0)
+    a = torch.randn(2, 5, 3)
+    b = torch.randn(2, 5)
+    theta = torch.randn(2, 3)
+    expected = torch.einsum("nmd,nm->nd", a, torch.einsum("nmd,nd->nm", a, theta) - b)
+    assert torch.allclose(model.node_gradients(theta, a, b), expected, atol=1e-5)
+
+
+def test_binary_logistic_predicts_by_sign():
+    model = arch.logistic((2,), 2)
+    theta = torch.tensor([[1.0, -1.0, 0.0]])
+    x = torch.tensor([[2.0, 1.0], [1.0, 2.0]])
+    assert model.predict(theta, x).tolist() == [[1, 0]]
+    loss = model.loss(theta[0], x, torch.tensor([1, 0]))
+    assert loss == pytest.approx(math.log1p(math.exp(-1.0)))
