@@ -1,4 +1,4 @@
-"""The ``decpriv`` command: run | list | show | diff.
+"""The ``decpriv`` command: run | list | show | diff | report | plot | runs.
 
 ``decpriv run`` hands its arguments to Hydra (overrides, ``-m`` sweeps, ``--cfg``, ``--info``,
 ``hydra.run.dir=...``) after checking every job's config, so bad input fails in one sentence with exit
@@ -6,7 +6,9 @@ status 2 before any job starts.
 """
 
 import argparse
+import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import hydra
@@ -19,24 +21,43 @@ from decpriv import experiment
 from decpriv.errors import ConfigError
 
 console = Console()
+JOBS_ENV = "DECPRIV_SWEEP_JOBS"
+SWEPT_ENV = "DECPRIV_SWEPT_KEYS"
+TERMINAL_COLUMNS = 7  # a wider table wraps into unreadable slivers on an 80-column terminal
 USAGE = """usage: decpriv COMMAND [...]
 
   run [OVERRIDES] [-m]     run the pipeline (Hydra overrides; -m sweeps: a=1,2 b=x,y)
   list                     config groups and their options
   show RUN                 a run's status, summary and tables
   diff A B [--rtol R]      compare two runs, sweeps or CSV tables (exit 1 when they differ)
+       [--format csv|markdown]
+  report SWEEP|RUN         aggregated table (mean, std, count over seeds), plots, report.md/.html
+  plot SWEEP x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME] [logx=true] [logy=true] [out=FILE]
+  runs [key=value ...]     index of the runs under ./runs (--root DIR, --format csv|markdown)
 
 Examples:  decpriv run topology=torus protocol.rounds=50
-           decpriv run -m topology=ring,complete seed=0,1 hydra/launcher=parallel"""
+           decpriv run -m topology=ring,complete seed=0,1 hydra/launcher=parallel
+           decpriv run -m topology=ring,complete seed=0,1 hydra.sweep.dir=sw +resume=true
+           decpriv report sw && decpriv plot sw x=protocol.lr y=test_accuracy hue=topology"""
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> None:
     # Parallel launchers pickle this function by value: it must not close over module state (locks).
+    from decpriv.report.resume import already_completed, take_resume
+
     runtime = HydraConfig.get()
     out = Path(runtime.runtime.output_dir)
     choices = {k: v for k, v in runtime.runtime.choices.items() if not k.startswith("hydra")}
     multirun = runtime.mode == RunMode.MULTIRUN
+    line = job_line(runtime.job.num, list(runtime.overrides.task)) if multirun else ""
+    terminal = sys.stdout.isatty()
+    resume = take_resume(cfg)
+    digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
+    if resume and already_completed(out, digest):
+        if terminal or not multirun:
+            Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
+        return
     try:
         experiment.run(cfg, out, choices, show_progress=sys.stderr.isatty() and not multirun)
     except Exception as error:
@@ -46,9 +67,20 @@ def _hydra_job(cfg: DictConfig) -> None:
             f"[red]job {runtime.job.num} failed:[/] {type(error).__name__}: {error}", highlight=False
         )
         return
-    from decpriv.report.show import print_headline
+    from decpriv.report.show import print_headline, print_job_line
 
-    print_headline(out, Console())
+    if not multirun:
+        print_headline(out, Console())
+    elif terminal:
+        print_job_line(out, line, Console())
+
+
+def job_line(num: int, task: list[str]) -> str:
+    """``job 3/8  topology=ring seed=1  ``: the job's swept values (the sweep names them in the environment)."""
+    swept = [k for k in os.environ.get(SWEPT_ENV, "").split(",") if k]
+    shown = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept] or task
+    total = os.environ.get(JOBS_ENV, "?")
+    return f"job {num + 1}/{total}  {' '.join(shown)}  "
 
 
 def _compose_or_refuse(overrides: list[str]) -> DictConfig:
@@ -61,22 +93,30 @@ def _compose_or_refuse(overrides: list[str]) -> DictConfig:
         raise ConfigError(f"{first} (`decpriv list` shows the groups and options)") from None
 
 
-def _precheck(overrides: list[str], multirun: bool) -> None:
-    """Compose and check every job of the (possibly swept) command line before any job runs."""
+def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
+    """Compose and check every job of the (possibly swept) command line before any job runs.
+
+    Returns the number of jobs and the swept keys (for the per-job progress line)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from decpriv.experiment import precheck
+    from decpriv.report.resume import check_fixed_folder, take_resume
 
-    jobs = [overrides]
+    jobs, swept = [overrides], []
     if multirun:
         try:
             parsed = OverridesParser.create().parse_overrides(overrides)
         except Exception as error:
             raise ConfigError(str(error).strip().splitlines()[0]) from None
+        swept = [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
         jobs = BasicSweeper.split_arguments(parsed, None)[0]
     for job in jobs:
-        precheck(_compose_or_refuse(job))
+        cfg = _compose_or_refuse(job)
+        if take_resume(cfg):
+            check_fixed_folder(overrides, multirun)
+        precheck(cfg)
+    return len(jobs), swept
 
 
 def _run(args: list[str]) -> int:
@@ -86,20 +126,139 @@ def _run(args: list[str]) -> int:
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
     if not inspecting:
         try:
-            _precheck(list(parsed.overrides), bool(parsed.multirun))
+            count, swept = _precheck(list(parsed.overrides), bool(parsed.multirun))
         except ConfigError as error:
             Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
             return 2
+        # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
+        os.environ[JOBS_ENV] = str(count)
+        os.environ[SWEPT_ENV] = ",".join(swept)
     sys.argv = ["decpriv run", *args]
     from decpriv.report.sweep import SweepSummary
 
     SweepSummary.failed = 0
+    SweepSummary.folder = None
+    began = datetime.now().replace(microsecond=0)
     _hydra_job()
+    if parsed.multirun and SweepSummary.folder is not None:
+        from decpriv.report.resume import kept_before
+
+        kept = kept_before(SweepSummary.folder, began)
+        note = f" ({kept} job(s) kept from earlier runs: +resume=true)" if kept else ""
+        console.print(f"sweep folder: [bold]{SweepSummary.folder}[/]{note}", highlight=False)
     if parsed.multirun and SweepSummary.failed:
         Console(stderr=True).print(
             f"[red]{SweepSummary.failed} job(s) failed[/] (see the sweep's summary.csv)"
         )
         return 1
+    return 0
+
+
+def _key_values(pairs: list[str], allowed: dict[str, str]) -> dict[str, str]:
+    """``x=KEY`` style arguments; unknown keys are refused in one sentence."""
+    from decpriv.errors import bad
+
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in allowed:
+            raise bad(key or pair, value, "is not an argument of decpriv plot", f"use {', '.join(allowed)}")
+        found[key] = value
+    return found
+
+
+def _switch(key: str, value: str | None) -> bool | None:
+    from decpriv.errors import bad
+
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise bad(key, value, "is a switch", f"use {key}=true or {key}=false")
+    return value.lower() == "true"
+
+
+def _plot(rest: list[str]) -> int:
+    import pandas as pd
+
+    from decpriv.report.aggregate import load_sweep
+    from decpriv.report.run_folder import RunFolder
+    from decpriv.report.sweep_plots import plot
+
+    if not rest or "=" in rest[0]:
+        raise ConfigError("decpriv plot needs a sweep or run folder first: decpriv plot SWEEP x=KEY y=METRIC")
+    target = Path(rest[0])
+    args = _key_values(
+        rest[1:],
+        {"x": "", "y": "", "hue": "", "table": "", "logx": "", "logy": "", "out": ""},
+    )
+    for needed in ("x", "y"):
+        if needed not in args:
+            raise ConfigError(f"decpriv plot needs {needed}=COLUMN (e.g. x=protocol.lr y=test_accuracy)")
+    name = args.get("table")
+    if name is None and not (target / "run.json").is_file():
+        table = load_sweep(target).completed
+    else:
+        file = target / f"{name or 'history'}.csv"
+        if not file.is_file():
+            raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")
+        table = pd.read_csv(file)
+        if "status" in table:
+            table = table[table["status"] == "completed"]
+    hue = [h for h in args.get("hue", "").split(",") if h]
+    figure = plot(
+        table,
+        args["x"],
+        args["y"],
+        hue,
+        _switch("logx", args.get("logx")),
+        bool(_switch("logy", args.get("logy"))),
+    )
+    default = f"report/plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
+    out = Path(args["out"]) if "out" in args else target / default
+    RunFolder(out.parent).write_figure(out.name, figure)
+    console.print(f"plot: [bold]{out}[/]", highlight=False)
+    return 0
+
+
+def _report(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="decpriv report", description="aggregate, plot and write a report")
+    parser.add_argument("target", type=Path, help="a sweep folder (job folders inside) or a run folder")
+    ns = parser.parse_args(rest)
+    from decpriv.report.document import report
+    from decpriv.report.show import print_frame
+
+    doc, out = report(ns.target)
+    console.print(f"[bold]{doc.title}[/]  " + "; ".join(doc.facts), highlight=False)
+    for caption, table in doc.tables:
+        hidden = table.columns[TERMINAL_COLUMNS:]
+        note = f" ({len(hidden)} more columns in report.md)" if len(hidden) else ""
+        print_frame(table[table.columns[:TERMINAL_COLUMNS]], caption + note, console)
+    console.print(
+        f"report: [bold]{out / 'report.html'}[/] (also report.md, aggregate.csv, {len(doc.figures)} plot(s))",
+        highlight=False,
+    )
+    return 0
+
+
+def _runs(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="decpriv runs", description="index of past runs, filtered by key=value"
+    )
+    parser.add_argument("filters", nargs="*", help="key=value: a summary column or run.json field")
+    parser.add_argument("--root", type=Path, default=Path("runs"), help="folder to search (default ./runs)")
+    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    ns = parser.parse_args(rest)
+    from decpriv.report.document import markdown_table
+    from decpriv.report.runs_index import index, parse_filters
+    from decpriv.report.show import print_frame
+
+    table = index(ns.root, parse_filters(ns.filters))
+    if ns.format == "csv":
+        print(table.to_csv(index=False, float_format="%.10g", lineterminator="\n"), end="")
+    elif ns.format == "markdown":
+        print(markdown_table(table))
+    else:
+        print_frame(table, f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
     return 0
 
 
@@ -136,12 +295,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(
             "--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)"
         )
+        parser.add_argument(
+            "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
+        )
         ns = parser.parse_args(rest)
         from decpriv.report.show import print_diff
 
-        return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console)
+        return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)
+    reporting = {"report": _report, "plot": _plot, "runs": _runs}
+    if command in reporting:
+        try:
+            return reporting[command](rest)
+        except (ConfigError, FileNotFoundError) as error:
+            Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+            return 2
     Console(stderr=True).print(
-        f"[bold red]error:[/] unknown command {command!r}; use run, list, show or diff."
+        f"[bold red]error:[/] unknown command {command!r}; use run, list, show, diff, report, plot or runs."
     )
     return 2
 

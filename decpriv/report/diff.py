@@ -1,7 +1,8 @@
 """``decpriv diff A B``: compare two runs, two sweeps or two CSV tables, like ``diff``.
 
 Rows are aligned on key columns (``round``, ``node``, ... for run tables; the swept keys for sweep
-summaries), numbers compare with a relative tolerance, and the exit status is 0 when everything agrees.
+summaries, so rows only one sweep ran show as added or removed), numbers compare within ``atol + rtol *
+max(|a|, |b|)``, and the exit status is 0 when everything agrees.
 Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
 """
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from decpriv.report.sweep import swept_overrides
 
 ROW_KEYS = (
     "job_key",
@@ -38,6 +41,7 @@ class TableDiff:
     removed: pd.DataFrame  # rows only in A
     added_columns: list[str] = field(default_factory=list)
     removed_columns: list[str] = field(default_factory=list)
+    metrics: set[str] = field(default_factory=set)  # columns that are results, not config
 
     @property
     def equal(self) -> bool:
@@ -153,7 +157,46 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
             continue
         keys = None
         if name == "summary" and (len(ta[name]) > 1 or len(tb[name]) > 1):
-            keys = sorted(set(sweep_keys(ta[name], metrics)) | set(sweep_keys(tb[name], metrics)))
-            keys = [k for k in keys if k in ta[name] and k in tb[name]] or None
-        diffs.append(compare_tables(name, ta[name], tb[name], keys, rtol, atol))
+            keys = _aligning_keys(a, b, ta[name], tb[name], metrics)
+        found = compare_tables(name, ta[name], tb[name], keys, rtol, atol)
+        found.metrics = metrics
+        diffs.append(found)
     return diffs
+
+
+def _aligning_keys(
+    a: Path, b: Path, ta: pd.DataFrame, tb: pd.DataFrame, metrics: set[str]
+) -> list[str] | None:
+    """Rows of two sweep summaries pair up on the keys either sweep swept (from multirun.yaml), else on
+    the config columns that vary within either table."""
+    swept = [*swept_overrides(a), *swept_overrides(b)] if a.is_dir() and b.is_dir() else []
+    keys = list(dict.fromkeys(swept)) or sorted(set(sweep_keys(ta, metrics)) | set(sweep_keys(tb, metrics)))
+    return [k for k in keys if k in ta and k in tb] or None
+
+
+def diff_rows(diffs: list[TableDiff]) -> pd.DataFrame:
+    """Every difference as one tidy row (table, change, key, column, a, b, rel_diff): for CSV and CI."""
+    rows = []
+
+    def key_text(row: pd.Series, keys: list[str]) -> str:
+        return ";".join(f"{k}={row[k]}" for k in keys if k in row)
+
+    for d in diffs:
+        for change, frame in (("removed", d.removed), ("added", d.added)):
+            for _, row in frame.iterrows():
+                rows.append({"table": d.name, "change": change, "key": key_text(row, list(frame.columns))})
+        for change, columns in (("removed_column", d.removed_columns), ("added_column", d.added_columns)):
+            rows += [{"table": d.name, "change": change, "column": c} for c in columns]
+        for _, row in d.changed.iterrows():
+            rows.append(
+                {
+                    "table": d.name,
+                    "change": "changed",
+                    "key": key_text(row, d.keys),
+                    "column": row["column"],
+                    "a": row["a"],
+                    "b": row["b"],
+                    "rel_diff": row["rel_diff"],
+                }
+            )
+    return pd.DataFrame(rows, columns=["table", "change", "key", "column", "a", "b", "rel_diff"])

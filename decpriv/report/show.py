@@ -7,7 +7,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from decpriv.report.diff import diff_paths
+from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.document import markdown_table
 from decpriv.report.run_folder import read_status
 
 
@@ -29,6 +30,25 @@ def print_headline(run: Path, console: Console) -> None:
             table.add_row(key, _fmt(summary[key]))
     console.print(table)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)
+
+
+def print_job_line(run: Path, line: str, console: Console) -> None:
+    """One line per finished sweep job: its swept values, wall time and headline metric."""
+    meta = read_status(run)
+    summary = pd.read_csv(run / "summary.csv").iloc[0]
+    metrics = [m for m in meta.get("metrics", []) if m in summary][:1]
+    shown = "".join(f"  {m}={_fmt(summary[m])}" for m in metrics)
+    seconds = meta.get("wall_seconds", {}).get("total", "?")
+    console.print(f"{line}[green]{meta.get('status')}[/] in {seconds}s{shown}", highlight=False)
+
+
+def print_frame(frame: pd.DataFrame, title: str, console: Console, rows: int = 50) -> None:
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(str(column))
+    for _, row in frame.head(rows).iterrows():
+        table.add_row(*[_fmt(v) for v in row])
+    console.print(table)
 
 
 def _first_comment(text: str) -> str:
@@ -94,20 +114,31 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
     return 0
 
 
-def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console) -> int:
+def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, form: str = "table") -> int:
+    """Print the differences (``form``: rich ``table``, ``csv`` or ``markdown``); 0 equal, 1 differ, 2 bad path."""
     try:
         diffs = diff_paths(a, b, rtol, atol)
     except FileNotFoundError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}")
+        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
         return 2
     differ = [d for d in diffs if not d.equal]
+    if form != "table":
+        rows = diff_rows(differ)
+        if form == "csv":
+            print(rows.to_csv(index=False, float_format="%.10g", lineterminator="\n"), end="")
+        else:
+            print(markdown_table(rows) if len(rows) else f"equal within rtol={rtol} atol={atol}")
+        return 1 if differ else 0
     for d in differ:
         console.print(f"[bold]{d.name}[/]  (rows keyed on {', '.join(d.keys) or 'table'})", highlight=False)
         for label, frame, colour in (("only in A", d.removed, "red"), ("only in B", d.added, "green")):
             if not frame.empty:
                 console.print(
                     f"  [{colour}]{label}:[/] "
-                    + "; ".join(", ".join(map(str, r)) for r in frame.itertuples(index=False)),
+                    + "; ".join(
+                        ", ".join(f"{k}={v}" for k, v in zip(frame.columns, r, strict=True))
+                        for r in frame.itertuples(index=False)
+                    ),
                     highlight=False,
                 )
         if d.removed_columns or d.added_columns:
@@ -119,7 +150,9 @@ def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console) -> 
             for column in d.changed.columns:
                 table.add_column(str(column))
             for _, row in d.changed.iterrows():
-                table.add_row(*[_fmt(v) for v in row])
+                # metric changes beyond tolerance are what a reader looks for; config changes explain them
+                style = "bold yellow" if row["column"] in d.metrics else "cyan"
+                table.add_row(*[_fmt(v) for v in row], style=style)
             console.print(table)
     if not differ:
         console.print(f"equal within rtol={rtol} atol={atol}: {len(diffs)} table(s)", highlight=False)

@@ -1,11 +1,11 @@
-"""Sweep-level summary: one table with every job's summary.csv row, failed jobs included."""
+"""Sweep-level summary: one table with every job's summary.csv row (failed jobs included), swept keys first."""
 
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from decpriv.report.run_folder import read_status, write_csv
 
@@ -31,15 +31,31 @@ def collect(sweep: Path) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def swept_overrides(sweep: Path) -> list[str]:
+    """Keys of the sweep overrides in ``multirun.yaml`` (``[]`` when the folder has none)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    file = Path(sweep) / "multirun.yaml"
+    if not file.is_file():
+        return []
+    task = list(OmegaConf.load(file).hydra.overrides.task)
+    parsed = OverridesParser.create().parse_overrides(task)
+    return [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
+
+
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv``."""
+    """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv`` with the swept keys up front."""
 
     failed = 0
+    folder: Path | None = None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         table = collect(sweep)
         if table.empty:
             return
+        front = ["job", "status", *[k for k in swept_overrides(sweep) if k in table.columns]]
+        table = table[front + [c for c in table.columns if c not in front]]
         write_csv(sweep / "summary.csv", table)
         SweepSummary.failed = int((table["status"] != "completed").sum())
+        SweepSummary.folder = sweep

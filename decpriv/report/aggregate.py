@@ -1,0 +1,112 @@
+"""A sweep as one tidy table: every job's summary row, the swept keys, and mean/std/count over seeds.
+
+The swept keys are the overrides that Hydra expanded (``topology=ring,torus``, ``seed=range(3)``), read from
+the sweep's ``multirun.yaml``; a folder of runs without one falls back to the config columns that vary.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from decpriv.report.diff import sweep_keys
+from decpriv.report.sweep import collect, job_folders, swept_overrides
+
+SEED = "seed"
+
+
+@dataclass
+class Sweep:
+    path: Path
+    table: pd.DataFrame  # one row per job: job, status, metrics, flattened config
+    keys: list[str]  # swept keys, in the order they were given on the command line
+    metrics: list[str]  # numeric summary metrics, in the order the runs reported them
+
+    @property
+    def completed(self) -> pd.DataFrame:
+        return self.table[self.table["status"] == "completed"]
+
+    @property
+    def group_keys(self) -> list[str]:
+        """Swept keys other than the seed: what one aggregated row stands for."""
+        return [k for k in self.keys if k != SEED]
+
+
+def _metric_names(sweep: Path) -> list[str]:
+    names: list[str] = []
+    for job in job_folders(sweep):
+        for name in json.loads((job / "run.json").read_text()).get("metrics", []):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def load_sweep(path: Path | str) -> Sweep:
+    """Read a sweep folder (its jobs' summary rows) with its swept keys and metric names."""
+    path = Path(path)
+    table = collect(path)
+    if table.empty:
+        raise FileNotFoundError(f"{path}: no job folders with a run.json (is it a sweep folder?)")
+    metrics = [m for m in _metric_names(path) if m in table and pd.api.types.is_numeric_dtype(table[m])]
+    keys = [k for k in swept_overrides(path) if k in table.columns]
+    if not keys:
+        keys = sweep_keys(table, set(metrics) | {"job"})
+    front = ["job", "status", *keys]
+    table = table[front + [c for c in table.columns if c not in front]]
+    return Sweep(path, table, keys, metrics)
+
+
+def aggregate(sweep: Sweep) -> pd.DataFrame:
+    """Tidy statistics over seeds: one row per (swept configuration, metric) with mean, std and count.
+
+    Only completed jobs enter the statistics; ``failed`` counts the jobs of that configuration that did not
+    complete, so a missing seed is visible instead of silently shrinking ``count``.
+    """
+    keys = sweep.group_keys
+    table = sweep.table.assign(_all="all") if not keys else sweep.table
+    by = keys or ["_all"]
+    done = table[table["status"] == "completed"]
+    failed = (
+        table.assign(_failed=table["status"] != "completed")
+        .groupby(by, dropna=False, sort=True)["_failed"]
+        .sum()
+    )
+    parts = []
+    for metric in sweep.metrics:
+        stats = done.groupby(by, dropna=False, sort=True)[metric].agg(["mean", "std", "count"])
+        stats = stats.reindex(failed.index)
+        stats["count"] = stats["count"].fillna(0).astype(int)
+        stats["failed"] = failed.astype(int)
+        stats.insert(0, "metric", metric)
+        parts.append(stats.reset_index())
+    if not parts:
+        return pd.DataFrame(columns=[*keys, "metric", "mean", "std", "count", "failed"])
+    out = pd.concat(parts, ignore_index=True)
+    return out.drop(columns=["_all"], errors="ignore")
+
+
+def varying_metrics(sweep: Sweep) -> list[str]:
+    """Metrics whose value changes between completed jobs: the ones worth a column or a picture."""
+    done = sweep.completed
+    return [m for m in sweep.metrics if done[m].nunique(dropna=True) > 1]
+
+
+def wide(stats: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """One row per configuration, one ``mean ± std`` cell per metric, and the seed count: for reading."""
+    rows = stats[stats["metric"].isin(metrics)]
+    cell = rows.apply(
+        lambda r: f"{r['mean']:.4g}" + ("" if pd.isna(r["std"]) else f" ± {r['std']:.2g}"), axis=1
+    )
+    rows = rows.assign(cell=cell if len(rows) else pd.Series(dtype=str))
+    index = keys or []
+    if not index:
+        out = rows.set_index("metric")["cell"].to_frame().T
+        out.insert(0, "n", int(rows["count"].max()) if len(rows) else 0)
+        return out.reset_index(drop=True)
+    out = rows.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", dropna=False)
+    out = out[[m for m in metrics if m in out.columns]]
+    counts = rows.groupby(index, dropna=False)["count"].max()
+    out.insert(0, "n", counts.reindex(out.index).fillna(0).astype(int))
+    out.columns.name = None
+    return out.reset_index()

@@ -1,0 +1,166 @@
+"""``decpriv report SWEEP|RUN``: the aggregated table, default pictures, and a Markdown + HTML page.
+
+Everything lands in ``<folder>/report/``: ``aggregate.csv`` (tidy: configuration, metric, mean, std,
+count, failed), ``plots/*.png``, ``report.md`` (pictures linked) and ``report.html`` (pictures embedded
+as base64, so the one file opens in a browser without a server or the folder around it).
+"""
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
+from decpriv.report.run_folder import RunFolder, read_status, write_atomic, write_csv
+from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
+
+REPORT_DIR = "report"
+
+
+@dataclass
+class Document:
+    title: str
+    facts: list[str]
+    tables: list[tuple[str, pd.DataFrame]]  # (caption, table shown on the page)
+    data: dict[str, pd.DataFrame]  # CSV files written next to the page
+    figures: dict[str, Figure] = field(default_factory=dict)  # new pictures, keyed plots/<name>.png
+    pictures: list[Path] = field(default_factory=list)  # pictures the folder already holds
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return "" if pd.isna(value) else f"{value:.6g}"
+    return str(value)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    def cells(values) -> str:
+        return "| " + " | ".join(_fmt(v).replace("|", "\\|") for v in values) + " |"
+
+    lines = [cells(table.columns), "|" + "---|" * len(table.columns)]
+    lines += [cells(row) for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def sweep_document(path: Path) -> Document:
+    sweep = load_sweep(path)
+    stats = aggregate(sweep)
+    shown = varying_metrics(sweep) or sweep.metrics[:MAX_DEFAULT_PLOTS]
+    counts = sweep.table["status"].value_counts()
+    facts = [
+        f"{len(sweep.table)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
+        "swept keys: " + (", ".join(sweep.keys) or "none"),
+    ]
+    from decpriv.report.sweep_plots import default_plots
+
+    failed = sweep.table[sweep.table["status"] != "completed"]
+    tables = [("mean ± std over seeds (n = completed seeds)", wide(stats, sweep.group_keys, shown))]
+    if not failed.empty:
+        tables.append(
+            ("jobs that did not complete", failed[["job", *sweep.keys, "status", "error"]].fillna(""))
+        )
+    return Document(
+        title=f"decpriv sweep {path.name}",
+        facts=facts,
+        tables=tables,
+        data={"aggregate": stats},
+        figures=default_plots(sweep),
+    )
+
+
+def run_document(path: Path) -> Document:
+    meta = read_status(path)
+    summary = pd.read_csv(path / "summary.csv").iloc[0]
+    metrics = [m for m in meta.get("metrics", []) if m in summary]
+    table = pd.DataFrame({"metric": metrics, "value": [summary[m] for m in metrics]})
+    facts = [
+        f"status: {meta.get('status', '?')}",
+        f"seed: {meta.get('seed')}, config digest: {meta.get('config_digest')}",
+    ]
+    if meta.get("error"):
+        facts.append(f"error: {meta['error']}")
+    figures = {}
+    history_file = path / "history.csv"
+    if history_file.is_file():
+        history = pd.read_csv(history_file)
+        columns = [
+            c
+            for c in history.columns
+            if c not in ("round", "step", "node") and pd.api.types.is_numeric_dtype(history[c])
+        ]
+        varying = [c for c in columns if history[c].nunique() > 1][:MAX_DEFAULT_PLOTS]
+        figures = {f"plots/history_{c}.png": plot(history, "round", c, logx=False) for c in varying}
+    pictures = sorted(p for p in path.rglob("*.png") if REPORT_DIR not in p.relative_to(path).parts)
+    return Document(
+        title=f"decpriv run {path.name}",
+        facts=facts,
+        tables=[("summary", table)],
+        data={"aggregate": table},
+        figures=figures,
+        pictures=pictures,
+    )
+
+
+def _page_markdown(doc: Document, images: list[tuple[str, Path]]) -> str:
+    parts = [f"# {doc.title}", "", *[f"- {fact}" for fact in doc.facts], ""]
+    for caption, table in doc.tables:
+        parts += [f"## {caption}", "", markdown_table(table), ""]
+    if images:
+        parts += ["## pictures", ""]
+        parts += [f"![{name}]({link.as_posix()})" + "\n" for name, link in images]
+    return "\n".join(parts)
+
+
+def _page_html(doc: Document, images: list[tuple[str, Path]], out: Path) -> str:
+    body = [f"<h1>{html.escape(doc.title)}</h1>", "<ul>"]
+    body += [f"<li>{html.escape(fact)}</li>" for fact in doc.facts]
+    body.append("</ul>")
+    for caption, table in doc.tables:
+        body.append(f"<h2>{html.escape(caption)}</h2>")
+        body.append(table.to_html(index=False, na_rep="", float_format=_fmt, border=0))
+    if images:
+        body.append("<h2>pictures</h2>")
+    for name, link in images:
+        data = base64.b64encode((out / link).read_bytes()).decode()
+        body.append(
+            f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(name)}</figcaption></figure>"
+        )
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+        "table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
+        "img{max-width:100%}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(doc.title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_document(doc: Document, out: Path) -> Path:
+    """Write CSVs, pictures, report.md and report.html under ``out``; returns ``out``."""
+    folder = RunFolder(out)
+    for name, table in doc.data.items():
+        write_csv(out / f"{name}.csv", table)
+    for relative, figure in doc.figures.items():
+        folder.write_figure(relative, figure)
+    images = [(Path(r).stem, Path(r)) for r in doc.figures]
+    images += [(p.stem, Path("..") / p.relative_to(out.parent)) for p in doc.pictures]
+    write_atomic(out / "report.md", _page_markdown(doc, images))
+    write_atomic(out / "report.html", _page_html(doc, images, out))
+    return out
+
+
+def report(target: Path) -> tuple[Document, Path]:
+    """Build and write the report of a sweep folder (has job folders) or a run folder (has run.json)."""
+    target = Path(target)
+    if (target / "run.json").is_file():
+        doc = run_document(target)
+    elif any(target.glob("*/run.json")):
+        doc = sweep_document(target)
+    else:
+        raise FileNotFoundError(f"{target}: not a run folder (run.json) nor a sweep folder (*/run.json)")
+    return doc, write_document(doc, target / REPORT_DIR)

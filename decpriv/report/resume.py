@@ -1,0 +1,48 @@
+"""Resuming a sweep: a job whose folder already holds a completed run of the same config is skipped.
+
+``decpriv run -m ... hydra.sweep.dir=FOLDER +resume=true`` reruns only what is missing, failed or changed:
+"the same config" means the same config digest in run.json (``experiment.config_digest``), and the
+``resume`` key itself is taken out of the config first, so it never changes a digest or a summary column.
+"""
+
+from datetime import datetime
+from pathlib import Path
+
+from omegaconf import DictConfig, open_dict
+
+from decpriv.errors import bad
+from decpriv.report.run_folder import read_status
+from decpriv.report.sweep import job_folders
+
+KEY = "resume"
+
+
+def take_resume(cfg: DictConfig) -> bool:
+    """Remove ``resume`` from the job's config and return it (False when absent)."""
+    value = cfg.get(KEY, False)
+    if not isinstance(value, bool):
+        raise bad(KEY, value, "is a switch", "use +resume=true")
+    if KEY in cfg:
+        with open_dict(cfg):
+            del cfg[KEY]
+    return value
+
+
+def check_fixed_folder(overrides: list[str], multirun: bool) -> None:
+    """Resuming needs the folder of the earlier run: a timestamped default never exists twice."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not any(o.startswith(f"{key}=") for o in overrides):
+        raise bad(
+            KEY, True, f"needs the folder of the run to resume, and {key} is not set", f"add {key}=FOLDER"
+        )
+
+
+def already_completed(folder: Path, digest: str) -> bool:
+    meta = read_status(folder)
+    return meta.get("status") == "completed" and meta.get("config_digest") == digest
+
+
+def kept_before(sweep: Path, began: datetime) -> int:
+    """Jobs of the sweep whose run started before ``began``: the ones a resumed sweep skipped."""
+    starts = [read_status(job).get("started") for job in job_folders(sweep)]
+    return sum(1 for s in starts if s and datetime.fromisoformat(s) < began)

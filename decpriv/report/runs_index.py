@@ -1,0 +1,65 @@
+"""``decpriv runs``: an index of the run folders under a root, filtered by ``key=value``.
+
+Every folder holding a run.json counts (single runs and sweep jobs alike). A filter matches a summary.csv
+column (``topology=ring``, ``protocol.lr=0.1``) or a run.json field (``status=failed``); numbers compare as
+numbers, so ``protocol.lr=0.10`` matches ``0.1``.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+
+from decpriv.errors import bad
+from decpriv.report.run_folder import read_status
+
+COLUMNS = ["run", "status", "started", "seconds", "headline", "value", "config_digest"]
+
+
+def parse_filters(pairs: list[str]) -> dict[str, str]:
+    filters = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise bad("filter", pair, "is not key=value", "write e.g. topology=ring status=completed")
+        filters[key] = value
+    return filters
+
+
+def _same(found: object, wanted: str) -> bool:
+    try:
+        return float(found) == float(wanted)
+    except (TypeError, ValueError):
+        return str(found) == wanted
+
+
+def _row(folder: Path, root: Path) -> dict:
+    meta = read_status(folder)
+    summary_file = folder / "summary.csv"
+    summary = pd.read_csv(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
+    metrics = meta.get("metrics") or []
+    headline = metrics[0] if metrics else None
+    fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
+    return {
+        "run": folder.relative_to(root).as_posix(),
+        "status": meta.get("status", "unknown"),
+        "started": meta.get("started", ""),
+        "seconds": (meta.get("wall_seconds") or {}).get("total"),
+        "headline": headline or "",
+        "value": summary.get(headline) if headline else None,
+        "config_digest": meta.get("config_digest", ""),
+        "_fields": fields,
+    }
+
+
+def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per run folder under ``root`` (oldest first) that matches every filter."""
+    root = Path(root)
+    rows = [_row(file.parent, root) for file in root.rglob("run.json")]
+    filters = filters or {}
+    kept = [
+        r
+        for r in rows
+        if all(key in r["_fields"] and _same(r["_fields"][key], value) for key, value in filters.items())
+    ]
+    table = pd.DataFrame(kept, columns=[*COLUMNS, "_fields"]).drop(columns="_fields")
+    return table.sort_values(["started", "run"], kind="stable").reset_index(drop=True)
