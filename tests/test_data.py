@@ -165,16 +165,10 @@ def test_require_batch():
         local.require_batch(3)
 
 
-@pytest.mark.parametrize(
-    ("args", "key"),
-    [
-        (("data=mnist", "data.root=/nonexistent/mnist"), "data.root"),
-        (("partition.per_node=4",), "protocol.batch_size=16"),
-        (("partition=dirichlet", "partition.alpha=-1"), "partition.alpha"),
-    ],
-)
-def test_bad_data_input_through_cli(cli, args, key):
-    proc = cli("run", *args, "hydra.run.dir=out")
+def test_bad_data_input_through_cli(cli):
+    proc = cli("run", "data=mnist", "data.root=/nonexistent/mnist", "hydra.run.dir=out")
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert proc.returncode == 2 and lines[0].startswith("error:") and key in lines[0]
+    assert proc.returncode == 2 and lines[0].startswith(
+        "error: data.root='/nonexistent/mnist': no such folder"
+    )
     assert proc.stderr.count("error") == 1 and "Traceback" not in proc.stderr

@@ -1,12 +1,15 @@
 """Topologies and gossip matrices: sizes, degrees, connectivity, node-name mapping, W's properties."""
 
 import math
+import re
 
 import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from decpriv import experiment
+from decpriv.api import compose_config
 from decpriv.errors import ConfigError
 from decpriv.graphs import gossip_matrix as gm
 from decpriv.graphs import topologies as topo
@@ -201,15 +204,20 @@ def test_cli_reports_spectral_gap_and_node_names(cli, tmp_path):
 @pytest.mark.parametrize(
     ("args", "key"),
     [
-        (("topology=torus", "topology.n=15"), "topology.n=15"),
         (("topology=random_regular", "topology.n=10", "topology.d=10"), "topology.d=10"),
         (("topology=ring", "adversary.nodes=[20]"), "adversary.nodes"),
         (("topology=edgelist", "topology.path=/nonexistent/x.edges"), "topology.path"),
+        (("topology=erdos_renyi", "topology.p=0.001"), "no connected"),
     ],
 )
-def test_bad_graph_input_through_cli(cli, args, key):
-    proc = cli("run", *args, "hydra.run.dir=out")
-    assert proc.returncode == 2
+def test_bad_graph_input_is_refused_by_build(args, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        experiment.build(compose_config(list(args))[0])
+
+
+def test_bad_graph_input_through_cli(cli):
+    proc = cli("run", "topology=torus", "topology.n=15", "hydra.run.dir=out")
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert proc.returncode == 2 and lines[0].startswith("error:") and key in lines[0]
-    assert proc.stderr.count("error") == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and lines == [
+        "error: topology.n=15: a torus needs a perfect square; use topology.n=9 or 16."
+    ]

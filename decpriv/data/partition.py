@@ -128,6 +128,11 @@ class LocalData:
             self.x.to(device), self.y.to(device), self.mask.to(device), self.counts.to(device), self.indices
         )
 
+    def astype(self, dtype: torch.dtype) -> "LocalData":
+        """Floating-point features (and regression targets) in ``dtype``; integer labels unchanged."""
+        y = self.y.to(dtype) if self.y.is_floating_point() else self.y
+        return LocalData(self.x.to(dtype), y, self.mask, self.counts, self.indices)
+
     def require_batch(self, size: int | None, key: str = "protocol.batch_size") -> None:
         """Refuse a minibatch larger than the smallest local set (batches are drawn without replacement)."""
         smallest = int(self.counts.min())

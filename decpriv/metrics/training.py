@@ -61,7 +61,8 @@ class Evaluator:
     ):
         self.model = model
         self.classification = dataset.task == "classification"
-        self.x_test = dataset.x_test[:max_eval].to(device)
+        dtype = local.x.dtype
+        self.x_test = dataset.x_test[:max_eval].to(device, dtype)
         self.y_test = dataset.y_test[:max_eval].to(device)
         flat_x, flat_y = local.x[local.mask], local.y[local.mask]
         spread = torch.linspace(0, len(flat_x) - 1, min(max_eval, len(flat_x))).round().long()

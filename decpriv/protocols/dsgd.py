@@ -101,7 +101,7 @@ class DSGD(Protocol):
     def run(self, sim: Simulation) -> Outcome:
         sim.local.require_batch(self.batch_size)
         dtype = getattr(torch, self.dtype)
-        model, local = sim.model, sim.local
+        model, local = sim.model, sim.local.astype(dtype)
         theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
         initial = theta.clone()
         W = sim.network.gossip_operator(sim.device, dtype)
