@@ -107,7 +107,7 @@ class DSGD(Protocol):
         W = sim.network.gossip_operator(sim.device, dtype)
         batches = sim.seeds.torch("batches", sim.device)
         noise = sim.seeds.torch("defense.noise", sim.device)
-        velocity = torch.zeros_like(theta)
+        velocity = torch.zeros_like(theta) if self.momentum else None
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
         evals |= set(range(self.rounds - (self.average_last or 1) + 1, self.rounds + 1))
@@ -122,8 +122,12 @@ class DSGD(Protocol):
                 g = sim.defense.gradients(model, theta, x, y, w.to(dtype), t, noise)
                 if self.weight_decay:
                     g = g + self.weight_decay * theta
-                velocity = self.momentum * velocity + g if self.momentum else g
-                theta = theta - self.lr * velocity
+                # In place: theta is this run's own tensor (the init or the last mix's output), and at
+                # n = 1024 a fresh (n, p) buffer per update costs as much as the update itself.
+                if self.momentum:
+                    velocity.mul_(self.momentum).add_(g)
+                    g = velocity
+                theta.add_(g, alpha=-self.lr)
             theta = self.mix(W, sim.defense.messages(theta, t, noise), t, sim)
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
