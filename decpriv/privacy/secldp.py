@@ -1,0 +1,143 @@
+"""SecLDP / SecRDP accounting of DECOR (Allouah et al. 2024, Sec. 4, Theorem 1; specs/decor-secldp.md 3).
+
+Per step, the messages of the honest set H carry noise of covariance
+Sigma_H = sigma_cdp^2 I + sigma_cor^2 L_H (L_H: Laplacian of the induced subgraph G[H]); with user-level
+sensitivity Delta = 2C the Renyi loss of node i at order alpha is 2 alpha C^2 [Sigma_H^-1]_ii, so the
+per-step slope is c = 2 C^2 max_i [Sigma_H^-1]_ii. Over T steps eps_RDP(alpha) = T alpha c, converted with
+eps = T c + 2 sqrt(T c log(1/delta)) (the optimal order alpha* = 1 + sqrt(log(1/delta) / (T c))).
+"""
+
+import itertools
+import math
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import brentq
+from scipy.sparse.linalg import splu
+
+from decpriv.errors import bad
+
+THREATS = ("eavesdropper", "curious", "collusion")
+MAX_COALITIONS = 20000
+
+
+def laplacian(adjacency: sp.sparray) -> sp.csc_array:
+    """L = D - A of an undirected graph (degrees recounted on the given adjacency)."""
+    A = sp.csr_array(adjacency, dtype=np.float64)
+    return sp.csc_array(sp.diags_array(np.asarray(A.sum(axis=1)).ravel()) - A)
+
+
+def algebraic_connectivity(adjacency: sp.sparray) -> float:
+    """Second smallest eigenvalue of the Laplacian (Fiedler value a(G))."""
+    L = laplacian(adjacency).toarray()
+    return float(np.linalg.eigvalsh(L)[1]) if len(L) > 1 else 0.0
+
+
+def precision_diagonal(adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float) -> np.ndarray:
+    """diag((sigma_cdp^2 I + sigma_cor^2 L)^-1) by one sparse LU factorisation solved against every e_i."""
+    n = adjacency.shape[0]
+    cov = sp.csc_array(sigma_cdp**2 * sp.eye_array(n) + sigma_cor**2 * laplacian(adjacency))
+    inverse = splu(cov).solve(np.eye(n))
+    return np.diag(inverse).copy()
+
+
+def node_slopes(adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float, clip: float) -> np.ndarray:
+    """Per-node slope 2 C^2 [Sigma^-1]_ii (eps_step / alpha) against an observer of every message of G."""
+    return 2.0 * clip**2 * precision_diagonal(adjacency, sigma_cdp, sigma_cor)
+
+
+def coalitions(n: int, threat: str, collusion: int) -> list[tuple[int, ...]]:
+    """The observer sets Q the threat model ranges over (removed from the graph before accounting)."""
+    if threat == "eavesdropper":
+        return [()]
+    size = 1 if threat == "curious" else collusion
+    return list(itertools.combinations(range(n), size))
+
+
+def worst_slopes(
+    adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float, clip: float, threat: str, collusion: int = 1
+) -> np.ndarray:
+    """Per-node slope maximised over the threat model's coalitions Q (honest nodes H = V \\ Q; a node in Q
+    is not at risk from that coalition). Curious users: every single j; collusion: every q-subset."""
+    A = sp.csr_array(adjacency, dtype=np.float64)
+    n = A.shape[0]
+    worst = np.zeros(n)
+    for Q in coalitions(n, threat, collusion):
+        honest = np.setdiff1d(np.arange(n), np.asarray(Q, dtype=np.int64))
+        slopes = node_slopes(A[honest][:, honest], sigma_cdp, sigma_cor, clip)
+        worst[honest] = np.maximum(worst[honest], slopes)
+    return worst
+
+
+def theorem1_bound(
+    n_honest: int, connectivity: float, sigma_cdp: float, sigma_cor: float, clip: float
+) -> float:
+    """Closed-form slope bound (Theorem 1): (2 C^2 / n_H)[1/sigma_cdp^2 + (n_H - 1)/(sigma_cdp^2 + a sigma_cor^2)]."""
+    return (2.0 * clip**2 / n_honest) * (
+        1.0 / sigma_cdp**2 + (n_honest - 1) / (sigma_cdp**2 + connectivity * sigma_cor**2)
+    )
+
+
+def epsilon_from_slope(slope: float, steps: int, delta: float) -> float:
+    """(eps, delta)-DP of T steps of slope c at the optimal order: T c + 2 sqrt(T c log(1/delta))."""
+    total = steps * slope
+    return total + 2.0 * math.sqrt(total * math.log(1.0 / delta))
+
+
+def optimal_order(slope: float, steps: int, delta: float) -> float:
+    return 1.0 + math.sqrt(math.log(1.0 / delta) / (steps * slope))
+
+
+def slope_for_epsilon(epsilon: float, steps: int, delta: float) -> float:
+    """Inverse of :func:`epsilon_from_slope`: c* = (sqrt(log(1/delta) + eps) - sqrt(log(1/delta)))^2 / T."""
+    log_inv = math.log(1.0 / delta)
+    return (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2 / steps
+
+
+def calibrate_sigma_cor(
+    adjacency: sp.sparray,
+    sigma_cdp: float,
+    clip: float,
+    target_slope: float,
+    threat: str,
+    collusion: int,
+    high: float = 1e6,
+) -> float:
+    """The sigma_cor whose worst slope equals ``target_slope`` at fixed sigma_cdp (eps is non-increasing in
+    sigma_cor, DECOR Fig. 2), by Brent's method on log sigma_cor."""
+
+    def excess(log_cor: float) -> float:
+        cor = math.exp(log_cor)
+        return math.log(worst_slopes(adjacency, sigma_cdp, cor, clip, threat, collusion).max() / target_slope)
+
+    if excess(math.log(1e-9 * clip)) <= 0:
+        return 0.0
+    if excess(math.log(high * clip)) > 0:
+        raise bad(
+            "defense.sigma_cdp",
+            round(sigma_cdp, 6),
+            f"no sigma_cor up to {high:g} C reaches the target under threat={threat}: correlated noise only "
+            "hides a node among the others, the private part must cover the rest",
+            "raise defense.sigma_cdp (or leave it null to calibrate it), or raise the epsilon target",
+        )
+    return math.exp(brentq(excess, math.log(1e-9 * clip), math.log(high * clip), xtol=1e-12))
+
+
+def check_threat(threat: str, collusion: int, n: int) -> None:
+    if threat not in THREATS:
+        raise bad("accountant.threat", threat, "unknown threat model", f"use one of {', '.join(THREATS)}")
+    if threat == "collusion":
+        if not 1 <= collusion < n - 1:
+            raise bad(
+                "accountant.collusion",
+                collusion,
+                f"q colluders must leave at least two honest nodes among {n}",
+                f"use 1 <= accountant.collusion <= {n - 2}",
+            )
+        if math.comb(n, collusion) > MAX_COALITIONS:
+            raise bad(
+                "accountant.collusion",
+                collusion,
+                f"the worst case over C({n},{collusion}) = {math.comb(n, collusion)} coalitions is out of reach",
+                "use a smaller accountant.collusion",
+            )
