@@ -19,7 +19,7 @@ from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDp
 from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
-from decpriv.defenses.dp import CentralDP, DPSGD, GaussianDefense
+from decpriv.defenses.dp import DPSGD, CentralDP, GaussianDefense
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.report.findings import Report
