@@ -2,7 +2,8 @@
 
 Each node's private vector is the mean of its local samples (with ``partition=one_per_node``: its one
 sample, e.g. an image). Messages x^0 .. x^{T-1} are sent (T = ``protocol.rounds`` gossip steps); this is
-the setting of El Mrini et al.'s knowledge-matrix attack.
+the setting of El Mrini et al.'s knowledge-matrix attack. With a symmetric W the nodes converge to the
+mean at rate (1 - gap)^k; with the row-stochastic ``uniform`` W they agree on a degree-weighted average.
 """
 
 import pandas as pd
