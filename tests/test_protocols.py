@@ -92,11 +92,11 @@ def test_expander_mixes_faster_than_ring_and_chebyshev_faster_than_plain():
 
 
 def test_dsgd_on_digits_reaches_90_percent(cli, tmp_path):
-    cli("run", "topology=torus", "protocol.rounds=60", "hydra.run.dir=out", check=True)
+    cli("run", "topology=torus", "hydra.run.dir=out", check=True)
     history = pd.read_csv(tmp_path / "out" / "history.csv")
     summary = pd.read_csv(tmp_path / "out" / "summary.csv").iloc[0]
     assert history.test_accuracy.iloc[0] < 0.2
-    assert summary.test_accuracy > 0.9  # measured 0.93 (16-node torus, softmax, 60 rounds, lr 0.5)
+    assert summary.test_accuracy > 0.9  # measured 0.938 (16-node torus, softmax, 100 rounds, lr 0.5, ~6 s)
     assert (
         summary.local_test_accuracy_min <= summary.local_test_accuracy_mean <= summary.local_test_accuracy_max
     )
