@@ -105,6 +105,15 @@ def test_dsgd_on_digits_reaches_90_percent(cli, tmp_path):
     assert summary.generalization_error == pytest.approx(summary.train_accuracy - summary.test_accuracy)
 
 
+def test_consensus_distance_falls_with_the_spectral_gap():
+    """Pasquini et al. 2023, Sec. 3: denser graphs keep the local models closer together."""
+    common = ["topology.n=36", "protocol.rounds=30", "model=softmax"]
+    ring = simulate(build("topology=ring", *common)).history
+    dense = simulate(build("topology=random_regular", "topology.d=6", *common)).history
+    assert (ring.consensus_distance.iloc[1:] > 2 * dense.consensus_distance.iloc[1:]).all()
+    assert ring.consensus_distance.iloc[-1] > 10 * dense.consensus_distance.iloc[-1]
+
+
 def per_node_loop_dsgd(setup, rounds: int) -> torch.Tensor:
     """The reference D-SGD: one node at a time with autograd, then W @ theta row by row. Minibatches come
     from the same named stream, so both paths see the same samples."""
