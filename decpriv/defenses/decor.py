@@ -1,0 +1,120 @@
+"""DECOR: D-SGD with pairwise-cancelling correlated noise (Allouah et al. 2024, Alg. 1; specs/decor-secldp.md 1).
+
+Every round, node i sends x_i - eta (Clip(g_i; C) + vbar_i + sum_{j in N_i} v_ij) with private noise
+vbar_i ~ N(0, sigma_cdp^2 I) and, for each edge {i, j} (i < j), u_ij ~ N(0, sigma_cor^2 I) drawn from the
+pair's shared stream: v_ij = +u_ij at i and v_ji = -u_ij at j. In matrix form the correlated part is
+U B^T (B the oriented incidence matrix), so it sums to zero over nodes and never reaches the average model.
+The noise is FRESH every round (the authors' PyTorch code reuses one draw; not copied).
+
+The pairs' shared seeds are simulated by one stream (``defense.decor_pairs``) whose row e of each round's
+(|E|, p) draw is edge e's secret: both endpoints read the same row, which is what a shared seed provides,
+and one draw per round keeps it vectorised. sigma_cdp and sigma_cor are absolute noise stds (the paper's
+units, with C the clipping norm).
+
+The network is needed for the edge list: :meth:`bind` takes it from the built setup. The SecLDP accountant
+(the default for this defense) binds it in its ``check``.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from decpriv.defenses.base import Defense
+from decpriv.defenses.dp import clip_rows
+from decpriv.errors import bad
+from decpriv.models.functional import FunctionalModel
+
+if TYPE_CHECKING:
+    from decpriv.privacy.base import Accountant
+    from decpriv.setup import Setup
+
+
+class Decor(Defense):
+    """User-level clipping + private noise sigma_cdp + pairwise-cancelling correlated noise sigma_cor."""
+
+    name = "decor"
+
+    def __init__(
+        self,
+        clip: float = 1.0,
+        sigma_cdp: float | None = None,
+        sigma_cor: float | None = None,
+        epsilon: float | None = 10.0,
+        cdp_excess: float = 1.2,
+    ):
+        if clip <= 0:
+            raise bad("defense.clip", clip, "the clipping norm must be positive", "use e.g. defense.clip=1.0")
+        for key, value in (("sigma_cdp", sigma_cdp), ("sigma_cor", sigma_cor)):
+            if value is not None and value < 0:
+                raise bad(
+                    f"defense.{key}", value, "a noise std is non-negative", f"use e.g. defense.{key}=10"
+                )
+        if epsilon is None and (sigma_cdp is None or sigma_cor is None):
+            raise bad(
+                "defense.epsilon",
+                None,
+                "without a privacy target both noise levels must be given",
+                "set defense.epsilon, or defense.sigma_cdp and defense.sigma_cor",
+            )
+        if epsilon is not None and epsilon <= 0:
+            raise bad(
+                "defense.epsilon", epsilon, "a privacy target must be positive", "use e.g. defense.epsilon=5"
+            )
+        if cdp_excess <= 1:
+            raise bad(
+                "defense.cdp_excess",
+                cdp_excess,
+                "sigma_cdp must exceed the CDP level sigma_ldp/sqrt(n), where infinite sigma_cor would be needed",
+                "use e.g. defense.cdp_excess=1.2",
+            )
+        self.clip, self.sigma_cdp, self.sigma_cor = clip, sigma_cdp, sigma_cor
+        self.epsilon, self.cdp_excess = epsilon, cdp_excess
+        self._edges: torch.Tensor | None = None
+        self._pairs: torch.Generator | None = None
+
+    def bind(self, setup: "Setup") -> None:
+        """Take the edge list and the pairs' stream from the built setup (before the simulation)."""
+        self._edges = torch.as_tensor(setup.network.edges, device=setup.device)
+        self._pairs = setup.seeds.torch("defense.decor_pairs", setup.device)
+
+    def calibrate(self, sigma_cdp: float, sigma_cor: float) -> None:
+        self.sigma_cdp, self.sigma_cor = float(sigma_cdp), float(sigma_cor)
+
+    def correlated(self, n: int, p: int, dtype: torch.dtype) -> torch.Tensor:
+        """(n, p) correlated noise of one round: +u_e at edge e's first node, -u_e at its second."""
+        if self._edges is None or self._pairs is None:
+            raise RuntimeError(
+                "defense=decor was not bound to the network (Decor.bind(setup) before the run)"
+            )
+        u = self.sigma_cor * torch.randn(
+            (len(self._edges), p), generator=self._pairs, device=self._edges.device, dtype=dtype
+        )
+        out = torch.zeros((n, p), device=u.device, dtype=dtype)
+        return out.index_add_(0, self._edges[:, 0], u).index_add_(0, self._edges[:, 1], -u)
+
+    def gradients(
+        self,
+        model: FunctionalModel,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        round_: int,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        g = clip_rows(model.node_gradients(theta, x, y, weight), self.clip)
+        private = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
+        return g + self.sigma_cdp * private + self.correlated(g.shape[0], g.shape[1], g.dtype)
+
+    def accountant(self) -> "Accountant":
+        from decpriv.privacy.secldp_accountant import SecLDPAccountant
+
+        return SecLDPAccountant()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "clip": self.clip,
+            "sigma_cdp": self.sigma_cdp,
+            "sigma_cor": self.sigma_cor,
+            "privacy_level": "user",
+        }
