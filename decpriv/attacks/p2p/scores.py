@@ -1,0 +1,58 @@
+"""Membership scores and their evaluation (Pasquini et al. 2023, Sec. 4.1; Song and Mittal 2021).
+
+A lower score means "more likely a member". The attack's advantage is the best balanced accuracy over
+``thresholds`` evenly spaced thresholds minus 0.5 (the paper's M(Theta, X, O) - 0.5 with |X| = |O|);
+AUC and TPR at low FPR come from scikit-learn's ROC curve.
+"""
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score, roc_curve
+
+EPS = 1e-5  # as in the authors' code: keeps log(0) finite for confident predictions
+
+
+def modified_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mentr(x, y) = -(1 - p_y) log(p_y) - sum_{j != y} p_j log(1 - p_j) (Song and Mittal 2021, Eq. 12)."""
+    p = logits.softmax(-1)
+    onehot = torch.nn.functional.one_hot(y, p.shape[-1]).to(torch.bool)
+    p_y = p.gather(-1, y[..., None]).squeeze(-1)
+    others = torch.where(onehot, torch.zeros_like(p), p * torch.log(1 - p + EPS))
+    return -(1 - p_y) * torch.log(p_y + EPS) - others.sum(-1)
+
+
+def loss_score(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the true label (Yeom et al. 2018's loss-threshold attack)."""
+    return -torch.log_softmax(logits, -1).gather(-1, y[..., None]).squeeze(-1)
+
+
+SCORES = {"mentr": modified_entropy, "loss": loss_score}
+
+
+def best_threshold_advantage(
+    members: torch.Tensor, mask: torch.Tensor, others: torch.Tensor, count: int
+) -> torch.Tensor:
+    """(K,) max over ``count`` thresholds rho of (TPR + TNR)/2 - 0.5, members predicted when score < rho.
+
+    ``members`` (K, m) with validity ``mask`` (K, m); ``others`` (K, o) non-member scores.
+    """
+    big = torch.finfo(members.dtype).max
+    low = torch.minimum(torch.where(mask, members, big).amin(1), others.amin(1))
+    high = torch.maximum(torch.where(mask, members, -big).amax(1), others.amax(1))
+    steps = torch.linspace(0, 1, count, dtype=members.dtype)
+    rho = low[:, None] + (high - low)[:, None] * steps  # (K, count)
+    tpr = ((members[:, None, :] < rho[:, :, None]) & mask[:, None, :]).sum(-1) / mask.sum(1, keepdim=True)
+    tnr = (others[:, None, :] >= rho[:, :, None]).float().mean(-1)
+    return ((tpr + tnr) / 2).amax(1) - 0.5
+
+
+def roc_metrics(members: np.ndarray, others: np.ndarray) -> dict[str, float]:
+    """AUC and TPR at 1% and 0.1% FPR for one model (members labelled 1, scored by -score)."""
+    labels = np.r_[np.ones(len(members)), np.zeros(len(others))]
+    scores = -np.r_[members, others]
+    fpr, tpr, _ = roc_curve(labels, scores)
+    return {
+        "auc": float(roc_auc_score(labels, scores)),
+        "tpr_at_1pct_fpr": float(tpr[fpr <= 0.01].max()),
+        "tpr_at_0.1pct_fpr": float(tpr[fpr <= 0.001].max()),
+    }
