@@ -4,8 +4,9 @@
   norm C, summed, N(0, sigma^2 C^2 I) added to the sum, divided by the batch size (Abadi's form).
 - ``ldp`` (DECOR baseline, specs/decor-secldp.md 2): the node's whole batch gradient clipped to C
   (user-level privacy) plus N(0, sigma^2 C^2 I), so every message is locally private.
-- ``cdp`` (central baseline): same clipping, noise N(0, sigma^2 C^2 / n) per node; on the complete graph
-  with W = 11^T/n the average carries the noise of one LDP node divided by n, i.e. CDP on the average.
+- ``cdp`` (central baseline): same clipping, noise N(0, sigma^2 C^2 / n) per node, and nodes combine by
+  the exact average (W = 11^T/n, a trusted aggregator, whatever the topology): the average carries the
+  noise of one LDP node divided by n, i.e. CDP on the average (DECOR's CDP baseline).
 
 ``sigma`` is the noise multiplier (noise std / C). Set ``epsilon`` instead to have the accountant calibrate
 sigma before the run (target (epsilon, accountant.delta) over all local steps; it replaces ``sigma``).
@@ -136,3 +137,6 @@ class CentralDP(GaussianDefense):
 
     def noise_std(self, n: int) -> float:
         return super().noise_std(n) / n**0.5
+
+    def aggregate(self, W: torch.Tensor, messages: torch.Tensor) -> torch.Tensor:
+        return messages.mean(0, keepdim=True).expand_as(messages).clone()
