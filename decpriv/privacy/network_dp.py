@@ -1,0 +1,191 @@
+"""Pairwise Network DP of Muffliato (Cyffers et al. 2022, Theorem 1; specs 6-7).
+
+Node v observes the messages of its neighbours w at gossip steps k = 0..K-1, x_w^k = (M_k x^0)_w with
+M_k = W^k (or the Chebyshev polynomial of W for accelerated gossip). Each carries u's value with weight
+M_k[w, u] under Gaussian noise of variance sigma^2 C^2 ||M_k[w, :]||^2, so at Renyi order alpha
+
+    f(u, v) = (alpha Delta^2 / (2 sigma^2 C^2)) sum_{k<K} sum_{w : {v,w} in E} M_k[w, u]^2 / ||M_k[w, :]||^2,
+
+Delta = 2C (replacement in the ball of radius C). The k = 0 term alone gives every neighbour of u the
+local-DP level alpha Delta^2 / (2 sigma^2 C^2); as in the authors' code, each pair is capped at that
+level, since all of v's view is post-processing of u's noisy value. For D-SGD the same holds per round
+(fresh noise each round) and the rounds compose: T times the per-round loss.
+
+All pairs at once: M_k by sparse-times-dense products, the sum over neighbours as A @ R_k, so n = 2048
+runs in seconds. The summary is the mean loss eps_bar_v = (1/n) sum_{u != v} f(u, v) (divisor n).
+"""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from scipy.sparse.csgraph import shortest_path  # noqa: E402
+
+from decpriv.defenses.dp import LocalDP  # noqa: E402
+from decpriv.defenses.muffliato import Muffliato  # noqa: E402
+from decpriv.errors import bad  # noqa: E402
+from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
+from decpriv.privacy.base import Accountant  # noqa: E402
+from decpriv.privacy.rdp import check_delta  # noqa: E402
+from decpriv.report.findings import Report  # noqa: E402
+from decpriv.setup import Setup  # noqa: E402
+
+MAX_PAIR_ROWS = 300  # above this many nodes privacy.csv holds per-observer means instead of n^2 pairs
+
+
+def gossip_operators(W: sp.sparray, steps: int, accelerated: bool = False):
+    """Yield M_0 = I, M_1, ..., M_{steps-1}: the maps x^0 -> x^k of (Chebyshev-accelerated) gossip, with
+    the recursion of :class:`decpriv.protocols.gossip.GossipAveraging` (Montijano et al.)."""
+    W = sp.csr_array(W, dtype=np.float64)
+    lam = 1.0 - spectral_gap(W) if accelerated else 0.0
+    prev = current = np.eye(W.shape[0])
+    omega = 1.0
+    for t in range(steps):
+        yield current
+        nxt = W @ current
+        if accelerated and t > 0:
+            omega = 1.0 / (1.0 - (lam**2) * omega / 4.0) if t > 1 else 2.0 / (2.0 - lam**2)
+            nxt = omega * nxt + (1.0 - omega) * prev
+        prev, current = current, nxt
+
+
+def pairwise_loss(
+    W: sp.sparray, adjacency: sp.sparray, steps: int, level: float, accelerated: bool = False
+) -> np.ndarray:
+    """(n, n) matrix F[u, v] = f(u, v) of one noise draw followed by ``steps`` gossip steps, capped at
+    ``level`` = alpha Delta^2 / (2 sigma^2 C^2); the diagonal (a node and itself) is zero."""
+    A = sp.csr_array(adjacency, dtype=np.float64)
+    total = np.zeros(A.shape)
+    for M in gossip_operators(W, steps, accelerated):
+        squared = M**2
+        R = squared / squared.sum(axis=1, keepdims=True)  # R[w, u] = M[w,u]^2 / ||M[w,:]||^2
+        total += A @ R  # total[v, u] = sum_{w in N(v)} R[w, u]
+    F = np.minimum(level * total.T, level)
+    np.fill_diagonal(F, 0.0)
+    return F
+
+
+def loss_vs_distance(F: np.ndarray, distance: np.ndarray) -> pd.DataFrame:
+    """Mean / median / max / min privacy loss over the pairs at each shortest-path distance."""
+    off = ~np.eye(len(F), dtype=bool)
+    frame = pd.DataFrame({"distance": distance[off].astype(int), "loss": F[off]})
+    grouped = frame.groupby("distance")["loss"]
+    return grouped.agg(["mean", "median", "min", "max", "count"]).reset_index()
+
+
+def distance_figure(
+    F: np.ndarray, distance: np.ndarray, profile: pd.DataFrame, level: float, title: str
+) -> Figure:
+    """Privacy loss f(u, v) against hop distance (Muffliato Fig. 2 style): pairs, their mean, the LDP level."""
+    off = ~np.eye(len(F), dtype=bool)
+    d, f = distance[off], F[off]
+    rng = np.random.default_rng(0)
+    keep = rng.choice(len(f), size=min(len(f), 20000), replace=False)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    jitter = rng.uniform(-0.15, 0.15, size=len(keep))
+    ax.scatter(d[keep] + jitter, np.maximum(f[keep], 1e-12), s=3, alpha=0.25, label="pairs (u, v)")
+    ax.plot(profile.distance, profile["mean"], "o-", color="C3", label="mean over pairs")
+    ax.axhline(level, color="grey", ls=":", label="local-DP level (neighbours)")
+    ax.set_yscale("log")
+    ax.set_ylim(max(1e-8, float(profile["min"].clip(lower=1e-12).min()) / 2), level * 2)
+    ax.set_xlabel("shortest-path distance between u and v")
+    ax.set_ylabel("privacy loss f(u, v) (Renyi)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+class NetworkDPAccountant(Accountant):
+    """Pairwise Network DP of Muffliato gossip (``defense=muffliato protocol=gossip``) or of Muffliato-SGD
+    (``defense=ldp protocol=dsgd``, K = gossip_steps, T rounds composed), at Renyi order ``alpha``."""
+
+    name = "network_dp"
+
+    def __init__(self, alpha: float = 10.0, delta: float = 1e-5):
+        if alpha <= 1:
+            raise bad("accountant.alpha", alpha, "Renyi orders exceed 1", "use e.g. accountant.alpha=10")
+        check_delta(delta)
+        self.alpha, self.delta = alpha, delta
+
+    def check(self, setup: Setup) -> None:
+        defense, protocol = setup.defense, setup.protocol
+        if isinstance(defense, Muffliato) and protocol.name == "gossip":
+            return
+        if isinstance(defense, LocalDP) and protocol.name == "dsgd":
+            if protocol.local_steps != 1:
+                raise bad(
+                    "protocol.local_steps",
+                    protocol.local_steps,
+                    "Muffliato-SGD adds one noise draw per message",
+                    "use protocol.local_steps=1",
+                )
+            if defense.epsilon is not None:
+                raise bad(
+                    "defense.epsilon",
+                    defense.epsilon,
+                    "network DP gives each pair its own loss, so there is no single target to calibrate",
+                    "set defense.sigma",
+                )
+            return
+        raise bad(
+            "accountant",
+            self.name,
+            f"pairwise network DP covers defense=muffliato with protocol=gossip and defense=ldp with "
+            f"protocol=dsgd, not defense={defense.name} with protocol={protocol.name}",
+            "change the defense/protocol pair or the accountant",
+        )
+
+    def schedule(self, setup: Setup) -> tuple[int, int, bool]:
+        """(gossip steps K per noise draw, number of noise draws T, accelerated)."""
+        protocol = setup.protocol
+        if protocol.name == "gossip":
+            return protocol.rounds, 1, protocol.accelerated
+        return protocol.gossip_steps, protocol.rounds, False
+
+    def account(self, setup: Setup) -> Report:
+        network, sigma = setup.network, setup.defense.sigma
+        steps, draws, accelerated = self.schedule(setup)
+        level = self.alpha * 2.0 / sigma**2  # alpha Delta^2 / (2 sigma^2 C^2) with Delta = 2C
+        F = draws * pairwise_loss(network.W, network.adjacency, steps, level, accelerated)
+        distance = shortest_path(network.adjacency, unweighted=True, directed=False)
+        profile = loss_vs_distance(F, distance)
+        convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)
+        mean_loss = F.sum(axis=0) / network.n  # eps_bar_v over sources u (divisor n)
+        n = network.n
+        if n <= MAX_PAIR_ROWS:
+            u, v = np.nonzero(~np.eye(n, dtype=bool))
+            table = pd.DataFrame(
+                {"source": u, "observer": v, "epsilon_rdp": F[u, v], "distance": distance[u, v].astype(int)}
+            )
+        else:
+            table = pd.DataFrame({"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss})
+        table = table.assign(
+            epsilon=table.epsilon_rdp + convert, alpha=self.alpha, delta=self.delta, threat="pairwise_network"
+        )
+        summary = {
+            "epsilon": float(F.max() + convert),
+            "epsilon_rdp_max": float(F.max()),
+            "epsilon_mean_max": float(mean_loss.max()),
+            "epsilon_mean_avg": float(mean_loss.mean()),
+            "ldp_level": draws * level,
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "gossip_steps": steps,
+            "privacy_accountant": self.name,
+        }
+        title = f"Muffliato: n={n}, K={steps}" + (f", T={draws}" if draws > 1 else "")
+        return Report(
+            tables={"privacy": table, "privacy_distance": profile},
+            summary=summary,
+            figures={
+                "plots/privacy_vs_distance.png": distance_figure(F, distance, profile, draws * level, title)
+            },
+        )
