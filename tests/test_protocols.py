@@ -165,6 +165,32 @@ def test_fedavg_on_complete_graph_equals_dpsgd_with_uniform_weights():
     assert not torch.allclose(dpsgd.final, dpsgd.truth["initial_states"])
 
 
+def test_fedavg_on_a_star_the_centre_is_the_server():
+    setup = build(
+        "topology=star", "topology.n=9", "protocol=fedsgd", "protocol.rounds=1", "partition.per_node=10"
+    )
+    outcome = simulate(setup)
+    start = outcome.public["initial_model"]
+    local = setup.local
+    grads = setup.model.node_gradients(start.expand(9, -1), local.x, local.y, local.mask.float())
+    # one full-batch step of each client 1..8, averaged: node 0's data never enters
+    expected = (start - setup.protocol.lr * grads[1:]).mean(0)
+    assert torch.allclose(outcome.final[0], expected, atol=1e-6)
+    assert outcome.public["participants"].tolist() == [[False] + [True] * 8]
+
+
+def test_fedavg_partial_participation_records_only_what_was_sent():
+    setup = build("protocol=fedavg", "topology.n=8", "protocol.client_fraction=0.5", "protocol.rounds=3")
+    recorder = Recorder.broadcast(np.arange(8))
+    outcome = simulate(setup, recorder)
+    sent = outcome.public["participants"]
+    assert sent.shape == (3, 8) and (sent.sum(1) == 4).all() and not (sent[0] == sent[1]).all()
+    values = recorder.transcript().values
+    silent = values[0][~sent[0]]
+    assert torch.equal(silent, outcome.public["initial_model"].expand_as(silent))
+    assert not torch.allclose(values[0][sent[0]], outcome.public["initial_model"].expand(4, -1))
+
+
 def test_fedavg_local_epochs_and_fedsgd():
     setup = build(
         "protocol=fedavg", "partition.per_node=20", "protocol.batch_size=5", "protocol.local_epochs=2"

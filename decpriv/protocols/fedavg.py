@@ -1,15 +1,17 @@
 """Federated baselines: FedAvg (McMahan et al. 2017, Algorithm 1) and FedSGD (one full-batch step a round).
 
-The n nodes of the topology are the clients; the server is implicit and not a learner (use
-``topology=star`` or ``complete`` so that a corrupt node's view matches the server's). Each round every
-client runs ``local_steps`` minibatch SGD steps (or ``local_epochs`` passes over its set) from the global
-model; the server averages, weighted by local set size, the models of a ``client_fraction`` of the
-clients and broadcasts the result. With all clients, one local step and equal sets, a FedAvg round equals
-a D-PSGD round on the complete graph (Pasquini et al. 2023, Sec. 3; tested).
+On ``topology=star`` the centre (node 0) is the server and the other nodes are the clients; on any other
+topology every node is a client and the server is implicit. Each round a ``client_fraction`` of the
+clients runs ``local_steps`` minibatch SGD steps (or ``local_epochs`` passes over its set) from the global
+model and sends the result; the server averages them, weighted by local set size, and broadcasts. The
+recorder sees each participant's model and, for the server and the clients sitting the round out, the
+global model they hold; ``public["participants"]`` says who sent what. With all clients, one local step
+and equal sets, a FedAvg round equals a D-PSGD round on the complete graph (Pasquini et al. 2023, Sec. 3).
 """
 
 import math
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -21,6 +23,15 @@ from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
 from decpriv.protocols.dsgd import check_batch_size
+
+
+def client_nodes(network: Network) -> np.ndarray:
+    """Every node but the centre of a star (the server); every node on any other graph."""
+    n, degrees = network.n, network.degrees
+    centre = np.flatnonzero(degrees == n - 1)
+    if n > 2 and len(centre) == 1 and (np.delete(degrees, centre) == 1).all():
+        return np.delete(np.arange(n), centre)
+    return np.arange(n)
 
 
 class FedAvg(Protocol):
@@ -77,27 +88,31 @@ class FedAvg(Protocol):
         weights = local.counts.to(global_model.dtype)
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
-        rows = []
-        per_round = max(1, round(self.client_fraction * n))
+        clients = torch.as_tensor(client_nodes(sim.network), device=sim.device)
+        per_round = max(1, round(self.client_fraction * len(clients)))
+        rows, participants = [], []
         for t in sim.progress(self.rounds + 1, self.name):
             theta = global_model.expand(n, -1).clone()
             if t in evals:
                 rows.append({"round": t, **evaluate(theta)})
             if t == self.rounds:
                 break
+            pick = torch.randperm(len(clients), generator=sampler, device=sampler.device)[:per_round]
+            chosen = clients[pick.to(sim.device)]
+            sending = torch.zeros(n, dtype=torch.bool, device=sim.device)
+            sending[chosen] = True
             for _ in range(steps):
                 x, y, w = local.batch(self.batch_size, batches)
                 theta = theta - self.lr * sim.defense.gradients(model, theta, x, y, w, t, noise)
             updates = sim.defense.messages(theta, t, noise)
-            sim.recorder.record(t, 0, updates)
-            chosen = torch.randperm(n, generator=sampler, device=sampler.device)[:per_round].to(sim.device)
+            sim.recorder.record(t, 0, torch.where(sending[:, None], updates, global_model))
+            participants.append(sending.cpu())
             wsel = weights[chosen]
             global_model = (wsel[:, None] * updates[chosen]).sum(0) / wsel.sum()
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
-        return Outcome(
-            history, global_model.expand(n, -1).clone(), summary, public={"initial_model": initial}
-        )
+        public = {"initial_model": initial, "participants": torch.stack(participants)}
+        return Outcome(history, global_model.expand(n, -1).clone(), summary, public=public)
 
 
 class FedSGD(FedAvg):
