@@ -1,0 +1,139 @@
+"""Passive gradient recovery in D-PSGD (Pasquini et al. 2023, Sec. 4.2.1).
+
+A neighbour v's update is theta_v^{t+1/2} = theta_v^t - lr * step. The attacker knows theta_v^t, and so
+the step, exactly when (1) t = 0 and the initial model is common and public, or (2) it observed every
+update v averaged: N(v) inside the senders it hears, so theta_v^t = sum_u W_vu theta_u^{t-1/2} from the
+previous round (the graph is static, so "connected two rounds in a row" always holds). The recovered
+step is the local gradient (momentum step, or sum of local steps) computed at the recovered theta_v^t.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import grad, vmap
+
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.p2p.neighbourhood import (
+    recorded_rounds,
+    require_neighbours,
+    updates,
+    victims_of,
+)
+from decpriv.errors import bad
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+@dataclass(eq=False)
+class Recovered:
+    table: pd.DataFrame  # round, victim, condition ("initial" or "system_knowledge")
+    bases: torch.Tensor  # (K, p) the recovered theta_v^t
+    steps: torch.Tensor  # (K, p) theta_v^t - theta_v^{t+1/2} = lr * local step
+    skipped: pd.DataFrame  # victim, missing: neighbours of v the attackers never hear
+
+
+def informed_victims(view: View) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """Victims whose whole closed neighbourhood is observed, the others, and what each other misses."""
+    victims, _ = victims_of(view)
+    heard = np.zeros(view.network.n, dtype=bool)
+    heard[view.transcript.senders] = True
+    adj = view.network.adjacency[victims].toarray() > 0
+    unheard = adj & ~heard[None, :]
+    ok = ~unheard.any(1)
+    missing = [np.flatnonzero(row).tolist() for row in unheard[~ok]]
+    return victims[ok], victims[~ok], missing
+
+
+def recover(view: View) -> Recovered:
+    """All recoverable (victim, round) steps at once: bases = W[victims, heard] @ U[t - 1]."""
+    informed, uninformed, missing = informed_victims(view)
+    senders = np.sort(view.transcript.senders)
+    U = updates(view.transcript, senders)  # (R, S, p)
+    rounds = recorded_rounds(view.transcript)
+    W = torch.as_tensor(view.network.W[informed][:, senders].toarray(), dtype=U.dtype)
+    own = U[:, np.searchsorted(senders, informed)]  # (R, V, p)
+    previous = torch.einsum("vs,rsp->rvp", W, U[:-1])
+    consecutive = rounds[1:] == rounds[:-1] + 1
+    bases, steps, tables = [], [], []
+    initial = view.public.get("initial_model")
+    if initial is not None and rounds.size and rounds[0] == 0:
+        bases.append(initial.to(U.dtype).expand(len(informed), -1))
+        steps.append(bases[-1] - own[0])
+        tables.append(pd.DataFrame({"round": 0, "victim": informed, "condition": "initial"}))
+    later = previous[consecutive]
+    idx = np.flatnonzero(consecutive) + 1
+    bases.append(later.reshape(-1, U.shape[-1]))
+    steps.append((later - own[idx]).reshape(-1, U.shape[-1]))
+    r, v = np.meshgrid(rounds[idx], informed, indexing="ij")
+    tables.append(pd.DataFrame({"round": r.ravel(), "victim": v.ravel(), "condition": "system_knowledge"}))
+    skipped = pd.DataFrame({"victim": uninformed, "missing": [str(m) for m in missing]})
+    return Recovered(pd.concat(tables, ignore_index=True), torch.cat(bases), torch.cat(steps), skipped)
+
+
+def full_local_steps(view: View, truth: Truth, recovered: Recovered, lr: float) -> torch.Tensor:
+    """(K, p) lr * gradient of each victim's whole local objective at the recovered base point: the step
+    the victim took when it trains full-batch, one local step, without momentum (for scoring)."""
+    v = torch.as_tensor(recovered.table.victim.to_numpy().copy())
+    dtype = recovered.bases.dtype
+    x, y, mask = truth.local.x[v].to(dtype), truth.local.y[v], truth.local.mask[v].to(dtype)
+    return lr * vmap(grad(view.model.loss))(recovered.bases, x, y, mask)
+
+
+class GradientRecovery(Attack):
+    """Recover neighbours' local steps from system knowledge; score them against the true local gradient."""
+
+    name = "gradient_recovery"
+
+    def check(self, setup: Setup) -> None:
+        if setup.protocol.name != "dsgd":
+            raise bad("protocol", setup.protocol.name, "recovery reads D-PSGD updates", "use protocol=dsgd")
+        if setup.protocol.gossip_steps != 1:
+            raise bad(
+                "protocol.gossip_steps",
+                setup.protocol.gossip_steps,
+                "the attacker only sees the first gossip step's messages",
+                "use protocol.gossip_steps=1 (D-PSGD)",
+            )
+        require_neighbours(setup.network, setup.adversary.nodes)
+        heard = setup.adversary.observed_senders(setup.network)
+        hoods = setup.network.adjacency[setup.adversary.nodes].indices
+        informed = [v for v in np.unique(hoods) if np.isin(setup.network.neighbours(v), heard).all()]
+        if not informed:
+            raise bad(
+                "adversary.nodes",
+                setup.adversary.nodes.tolist(),
+                "no neighbour of the attackers has all its own neighbours among the attackers' neighbours",
+                "add corrupt nodes or pick better-connected ones (adversary.strategy=max_degree)",
+            )
+
+    def run(self, view: View) -> Recovered:
+        return recover(view)
+
+    def evaluate(self, findings: Recovered, truth: Truth, view: View) -> Report:
+        hyper = view.hyper
+        exact = (
+            hyper.get("batch_size") is None and hyper.get("local_steps") == 1 and not hyper.get("momentum")
+        )
+        table = findings.table.copy()
+        true = full_local_steps(view, truth, findings, float(hyper["lr"]))
+        err = (findings.steps - true).norm(dim=1) / true.norm(dim=1).clamp_min(1e-300)
+        cos = torch.nn.functional.cosine_similarity(findings.steps, true, dim=1)
+        table["relative_error_vs_full_batch_step"] = err.numpy()
+        table["cosine_vs_full_batch_step"] = cos.numpy()
+        table["step_norm"] = findings.steps.norm(dim=1).numpy()
+        summary = {
+            "recovered_victims": int(table.victim.nunique()),
+            "unrecoverable_victims": len(findings.skipped),
+            "recovered_steps": len(table),
+            "recovery_full_batch": exact,
+            "recovery_median_cosine": float(cos.median()),
+            "recovery_max_relative_error": float(err.max()),
+        }
+        tables = {"gradient_recovery": table}
+        if len(findings.skipped):
+            tables["gradient_recovery_skipped"] = findings.skipped
+        return Report(tables=tables, summary=summary)
