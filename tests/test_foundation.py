@@ -43,8 +43,8 @@ def test_overrides_and_hydra_run_dir(cli, tmp_path):
 
 
 def test_multirun_sweep_summary_and_failed_job_does_not_stop_others(cli, tmp_path):
-    # per_node=500 on 8 nodes needs 4000 samples: that job fails while building, the other completes.
-    proc = cli("run", "-m", *FAST, "partition.per_node=5,500", "hydra.sweep.dir=sweep")
+    # per_node=500 on 8 nodes needs 4000 samples (digits has 1348): that job fails while building, the other completes.
+    proc = cli("run", "-m", *FAST, "partition.per_node=20,500", "hydra.sweep.dir=sweep")
     assert proc.returncode == 1
     table = pd.read_csv(tmp_path / "sweep" / "summary.csv")
     assert list(table.job.astype(str)) == ["0", "1"]
