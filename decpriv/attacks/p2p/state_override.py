@@ -1,0 +1,189 @@
+"""State override (Pasquini et al. 2023, Sec. 5.2.1, Eq. 15).
+
+A rushing attacker A that hears every neighbour of victim v (N(v) inside N(A)) waits for this round's
+updates, then sends v
+    theta_A -> v = (theta_tilde - sum_{u in N(v), u != A} W_vu theta_u^{t+1/2}) / W_vA
+(for uniform W: |N(v)| theta_tilde - sum_{u != A} theta_u^{t+1/2}), so v's aggregate is theta_tilde
+exactly. The non-rushing variant cancels the previous round's updates instead (App. A, Fig. 16).
+All victims are overridden at once, one forged message each.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.behaviour import Behaviour, Forgery
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours, require_victim
+from decpriv.errors import bad
+from decpriv.graphs.network import Network
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+TARGETS = ("own", "zeros")
+
+
+def coverable(network: Network, attackers: np.ndarray, heard: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Honest neighbours of the attackers whose whole neighbourhood is heard, with the attacker that
+    forges for each (the lowest-index adjacent one)."""
+    honest = np.setdiff1d(np.arange(network.n), attackers)
+    adj = network.adjacency[attackers][:, honest].toarray() > 0
+    heard_mask = np.zeros(network.n, dtype=bool)
+    heard_mask[heard] = True
+    inside = ~((network.adjacency[honest].toarray() > 0) & ~heard_mask[None, :]).any(1)
+    ok = adj.any(0) & inside
+    return honest[ok], attackers[adj[:, ok].argmax(0)]
+
+
+class Override(Behaviour):
+    """Forges, from round ``start`` on, one message per victim so its aggregate becomes the target."""
+
+    def __init__(
+        self,
+        network: Network,
+        attackers: np.ndarray,
+        victims: np.ndarray,
+        forgers: np.ndarray,
+        senders: np.ndarray,
+        start: int,
+        rushing: bool,
+        target: str,
+    ):
+        self.victims, self.forgers, self.start = victims, forgers, start
+        self.rushing, self.target = rushing, target
+        self.attackers = attackers
+        W = network.W
+        self.others = torch.as_tensor(W[victims][:, senders].toarray())  # (V, S)
+        self.others[np.arange(len(victims)), columns_in(senders, forgers)] = 0.0
+        self.self_weight = torch.as_tensor(np.asarray(W[victims, forgers]).ravel())
+        self.previous: torch.Tensor | None = None
+        self.targets: dict[int, torch.Tensor] = {}
+
+    def aim(self, own: torch.Tensor) -> torch.Tensor:
+        """(V, p) the model each victim should hold."""
+        source = own[np.searchsorted(self.attackers, self.forgers)]
+        return torch.zeros_like(source) if self.target == "zeros" else source
+
+    def forge(
+        self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor
+    ) -> Forgery | None:
+        basis = observed if self.rushing else self.previous
+        self.previous = observed.clone()
+        if round_ < self.start or basis is None:
+            return None
+        aim = self.aim(own)
+        others = self.others.to(observed.device, observed.dtype) @ basis
+        values = (aim - others) / self.self_weight.to(observed.device, observed.dtype)[:, None]
+        self.targets[round_] = aim.detach().cpu()
+        return Forgery(self.forgers, self.victims, values)
+
+
+def columns_in(senders: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    return np.searchsorted(senders, nodes)
+
+
+@dataclass(eq=False)
+class Overridden:
+    victims: np.ndarray
+    targets: torch.Tensor  # (V, p) the aimed state at the last round
+    honest: torch.Tensor  # (V, p) the aggregate each victim would have reached without the attack
+
+
+class StateOverride(Attack):
+    """Set each coverable neighbour's aggregate to a chosen model; report how much of its state is ours."""
+
+    name = "state_override"
+
+    def __init__(
+        self, victim: int | None = None, start: int | None = None, rushing: bool = True, target: str = "own"
+    ):
+        if target not in TARGETS:
+            raise bad("attack.target", target, "unknown target model", f"use one of {', '.join(TARGETS)}")
+        if start is not None and start < 0:
+            raise bad("attack.start", start, "rounds start at 0", "use a round >= 0 or null (last round)")
+        self.victim, self.start, self.rushing, self.target = victim, start, rushing, target
+        self.forger: Override | None = None
+        self.rounds = 0
+
+    def check(self, setup: Setup) -> None:
+        net, adv = setup.network, setup.adversary
+        if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
+            raise bad(
+                "protocol",
+                setup.protocol.name,
+                "the override targets D-PSGD's averaging",
+                "use protocol=dsgd gossip_steps=1",
+            )
+        require_neighbours(net, adv.nodes)
+        self.rounds = setup.protocol.rounds
+        if self.start is not None and self.start >= self.rounds:
+            raise bad(
+                "attack.start", self.start, f"the run has {self.rounds} rounds", f"use 0..{self.rounds - 1}"
+            )
+        heard = adv.observed_senders(net)
+        if self.victim is not None:
+            require_victim(net, int(adv.nodes[0]), self.victim)
+            missing = np.setdiff1d(closed(net, self.victim), heard)
+            if missing.size:
+                raise bad(
+                    "attack.victim",
+                    self.victim,
+                    f"the attackers do not hear the victim's neighbours {missing.tolist()}",
+                    "corrupt one of them too or pick a victim whose neighbours all neighbour the attackers",
+                )
+        victims, _ = coverable(net, adv.nodes, heard)
+        if victims.size == 0:
+            raise bad(
+                "adversary.nodes",
+                adv.nodes.tolist(),
+                "no neighbour of the attackers has all its neighbours among the attackers' neighbours",
+                "corrupt more or better-connected nodes (adversary.strategy=max_degree)",
+            )
+
+    def behaviour(self, setup: Setup) -> Override:
+        net, adv = setup.network, setup.adversary
+        heard = adv.observed_senders(net)
+        victims, forgers = coverable(net, adv.nodes, heard)
+        if self.victim is not None:
+            keep = victims == self.victim
+            victims, forgers = victims[keep], forgers[keep]
+        start = self.rounds - 1 if self.start is None else self.start
+        self.forger = Override(net, adv.nodes, victims, forgers, heard, start, self.rushing, self.target)
+        return self.forger
+
+    def run(self, view: View) -> Overridden:
+        forger = self.forger
+        last = self.rounds - 1
+        senders = np.sort(view.transcript.senders)
+        honest_msgs = view.transcript.values[-1][torch.as_tensor(columns(view.transcript, senders))]
+        W = torch.as_tensor(view.network.W[forger.victims][:, senders].toarray(), dtype=honest_msgs.dtype)
+        aim = forger.targets.get(last)
+        if aim is None:
+            aim = torch.full((len(forger.victims), honest_msgs.shape[1]), float("nan"))
+        return Overridden(forger.victims, aim, W @ honest_msgs)
+
+    def evaluate(self, findings: Overridden, truth: Truth, view: View) -> Report:
+        reached = truth.final_states[torch.as_tensor(findings.victims)].to(findings.honest.dtype)
+        aim = findings.targets.to(reached.dtype)
+        miss = (reached - aim).norm(dim=1)
+        span = (findings.honest - aim).norm(dim=1)
+        controlled = 1 - miss / span
+        table = pd.DataFrame(
+            {
+                "victim": findings.victims,
+                "controlled_fraction": controlled.numpy(),
+                "distance_to_target": miss.numpy(),
+                "honest_distance_to_target": span.numpy(),
+            }
+        )
+        summary = {
+            "override_victims": len(table),
+            "override_rushing": self.rushing,
+            "override_min_controlled_fraction": float(controlled.min()),
+            "override_mean_controlled_fraction": float(controlled.mean()),
+        }
+        return Report(tables={"state_override": table}, summary=summary)
