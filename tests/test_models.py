@@ -50,6 +50,17 @@ def test_resnet20_has_the_cifar_depth():
     assert not model.buffers  # no running statistics: vmap over nodes is exact
 
 
+def test_resnet20_vmap_gradients_equal_autograd_in_float64():
+    model = arch.resnet20((3, 32, 32), 10)
+    theta = model.init(2, seed=0, same=False).double()
+    x, y = torch.rand(2, 2, 3, 32, 32, dtype=torch.float64), torch.randint(10, (2, 2))
+    batched = model.node_gradients(theta, x, y)
+    for v in range(2):
+        th = theta[v].clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(model.loss(th, x[v], y[v]), th)
+        assert torch.allclose(batched[v], expected, atol=1e-12)
+
+
 def test_init_same_and_different():
     model = arch.mlp((4,), 3, hidden=(5,))
     same = model.init(4, seed=1)
