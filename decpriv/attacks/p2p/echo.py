@@ -1,0 +1,153 @@
+"""Echo attack (Pasquini et al. 2023, Sec. 5.1 and App. A, Algorithm 2).
+
+Each round the attacker A broadcasts, instead of its own update, the victim v's marginalised update
+    theta_tilde = (|N(A)| - 1) theta_v^{t+1/2} - sum_{u in N(A), u != v, A} theta_u^{t+1/2}
+(|N(A)| counts A and v), or the received theta_v^{t+1/2} itself (``variant=received``), pushing v to
+overfit its own data. Scored by the local generalisation error of the victim vs the other neighbours
+of A over rounds, and by membership inference on the updates v sends.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.behaviour import Behaviour, Forgery
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
+from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
+from decpriv.errors import bad
+from decpriv.report.findings import Report
+from decpriv.report.plots import metric_plot
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+VARIANTS = ("marginalised", "received")
+
+
+class Echoing(Behaviour):
+    """Replaces attacker ``a``'s broadcast by the victim's (marginalised) update, to every neighbour."""
+
+    def __init__(self, attacker: int, victim: int, hood: np.ndarray, senders: np.ndarray, variant: str):
+        self.attacker, self.victim, self.variant = attacker, victim, variant
+        self.receivers = np.setdiff1d(hood, [attacker])
+        others = np.setdiff1d(hood, [attacker, victim])
+        self.v_col = int(np.searchsorted(senders, victim))
+        self.others = torch.as_tensor(np.searchsorted(senders, others))
+        self.k = len(hood)
+
+    def forge(self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor) -> Forgery:
+        theta_v = observed[self.v_col]
+        echo = theta_v
+        if self.variant == "marginalised":
+            echo = (self.k - 1) * theta_v - observed[self.others.to(observed.device)].sum(0)
+        values = echo.expand(len(self.receivers), -1)
+        return Forgery(np.full(len(self.receivers), self.attacker), self.receivers, values)
+
+
+@dataclass(eq=False)
+class Echoed:
+    victim: int
+    watched: np.ndarray  # the attacker's honest neighbours (victim included)
+    rounds: np.ndarray
+    models: torch.Tensor  # (R, len(watched), p) their updates
+    targets: Targets  # every watched node's updates, for membership inference
+
+
+class Echo(Attack):
+    """One attacker echoes one neighbour's update back to its whole neighbourhood every round."""
+
+    name = "echo"
+
+    def __init__(
+        self, victim: int | None = None, variant: str = "marginalised", every: int = 5, thresholds: int = 150
+    ):
+        if variant not in VARIANTS:
+            raise bad("attack.variant", variant, "unknown echo", f"use one of {', '.join(VARIANTS)}")
+        if every < 1:
+            raise bad("attack.every", every, "must be at least 1", "use e.g. attack.every=5")
+        self.victim, self.variant, self.every, self.thresholds = victim, variant, every, thresholds
+        self.chosen = -1
+
+    def check(self, setup: Setup) -> None:
+        net, adv = setup.network, setup.adversary
+        if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
+            raise bad(
+                "protocol", setup.protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1"
+            )
+        if len(setup.dataset.x_test) == 0:
+            raise bad(
+                "data", setup.dataset.name, "no held-out set to score against", "use data with a test split"
+            )
+        require_neighbours(net, adv.nodes)
+        a = int(adv.nodes[0])
+        if self.victim is not None:
+            require_victim(net, a, self.victim)
+            self.chosen = self.victim
+        else:
+            hood = np.setdiff1d(net.neighbours(a), adv.nodes)
+            if hood.size == 0:
+                raise bad(
+                    "adversary.nodes",
+                    adv.nodes.tolist(),
+                    f"attacker {a} has only corrupt neighbours",
+                    "corrupt fewer nodes",
+                )
+            self.chosen = int(hood[np.argmin(net.degrees[hood])])
+
+    def behaviour(self, setup: Setup) -> Echoing:
+        a = int(setup.adversary.nodes[0])
+        senders = setup.adversary.observed_senders(setup.network)
+        return Echoing(a, self.chosen, closed(setup.network, a), senders, self.variant)
+
+    def run(self, view: View) -> Echoed:
+        a = int(view.attackers[0])
+        watched = np.setdiff1d(closed(view.network, a), view.attackers)
+        rounds = attacked_rounds(view, self.every)
+        models = updates(view.transcript, watched)[torch.as_tensor(rows_of(view, rounds))]
+        r_idx, v_idx = np.meshgrid(np.arange(len(rounds)), np.arange(len(watched)), indexing="ij")
+        table = pd.DataFrame(
+            {
+                "round": rounds[r_idx.ravel()],
+                "victim": watched[v_idx.ravel()],
+                "attacker": a,
+                "view": np.where(watched[v_idx.ravel()] == self.chosen, "echo_victim", "other_neighbour"),
+                "consensus_estimate": np.nan,
+                "marginalised": False,
+            }
+        )
+        return Echoed(
+            self.chosen, watched, rounds, models, Targets(table, models.reshape(-1, models.shape[-1]))
+        )
+
+    def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Report:
+        table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds)
+        local = truth.local
+        v = torch.as_tensor(table.victim.to_numpy().copy())
+        with torch.no_grad():
+            own = forward_many(view.model, findings.targets.models, local.x[v], shared=False).argmax(-1)
+        train_acc = ((own == local.y[v]) & local.mask[v]).sum(1) / local.mask[v].sum(1)
+        with torch.no_grad():
+            outside = forward_many(view.model, findings.targets.models, truth.dataset.x_test, shared=True)
+        test_acc = (outside.argmax(-1) == truth.dataset.y_test).double().mean(1)
+        table["local_generalisation_error"] = (train_acc.double() - test_acc).numpy()
+        last = table[table["round"] == table["round"].max()]
+        victim, others = last[last.view == "echo_victim"], last[last.view == "other_neighbour"]
+        summary = {
+            "echo_victim": findings.victim,
+            "echo_variant": self.variant,
+            "echo_victim_local_generalisation_error": float(victim.local_generalisation_error.mean()),
+            "echo_others_local_generalisation_error": float(others.local_generalisation_error.mean()),
+            "echo_victim_mia_advantage": float(victim.advantage.mean()),
+            "echo_others_mia_advantage": float(others.advantage.mean()),
+        }
+        fig = metric_plot(
+            table.rename(columns={"view": "node"}),
+            x="round",
+            y="local_generalisation_error",
+            hue="node",
+            title=f"echo on node {findings.victim}: local train - test accuracy (others: mean, std)",
+        )
+        return Report(tables={"echo": table}, summary=summary, figures={"plots/echo_generalisation.png": fig})
