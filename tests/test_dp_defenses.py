@@ -1,0 +1,206 @@
+"""DP defenses: clipping, DP-SGD per-example path vs a loop, noise levels, DECOR's cancelling noise,
+CDP averaging, Muffliato, and the CLI end to end (calibration, plots, bad input)."""
+
+import re
+from types import SimpleNamespace
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from decpriv.api import compose_config, run
+from decpriv.defenses.decor import Decor
+from decpriv.defenses.dp import DPSGD, CentralDP, LocalDP, clip_rows
+from decpriv.defenses.muffliato import Muffliato
+from decpriv.errors import ConfigError
+from decpriv.experiment import build
+from decpriv.graphs.gossip_matrix import metropolis_hastings
+from decpriv.graphs.network import Network
+from decpriv.models.architectures import softmax
+from decpriv.rng import Seeds
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def toy(n=4, b=5, d=6, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    model = softmax((d,), classes)
+    theta = torch.randn(n, model.p, generator=g, dtype=torch.float64)
+    x = torch.randn(n, b, d, generator=g, dtype=torch.float64)
+    y = torch.randint(0, classes, (n, b), generator=g)
+    w = torch.ones(n, b, dtype=torch.float64)
+    w[0, -2:] = 0.0  # padding on node 0
+    return model, theta, x, y, w
+
+
+def test_clip_rows_projects_onto_ball():
+    g = torch.tensor([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0]])
+    out = clip_rows(g, 1.0)
+    torch.testing.assert_close(out, torch.tensor([[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]))
+
+
+def test_dpsgd_without_noise_is_mean_of_clipped_example_gradients_by_loop():
+    model, theta, x, y, w = toy()
+    got = DPSGD(clip=0.5, sigma=0.0).gradients(model, theta, x, y, w, 0, torch.Generator())
+    for v in range(len(theta)):
+        rows = []
+        for i in range(x.shape[1]):
+            if w[v, i] == 0:
+                continue
+            th = theta[v].clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(model.loss(th, x[v, i : i + 1], y[v, i : i + 1]), th)
+            rows.append(grad * min(1.0, 0.5 / float(grad.norm())))
+        torch.testing.assert_close(got[v], torch.stack(rows).mean(0))
+
+
+def test_noise_levels_of_dpsgd_ldp_cdp():
+    model, theta, x, y, w = toy(n=400, b=4)
+    w[:] = 1.0
+    gen = torch.Generator().manual_seed(1)
+    base = LocalDP(clip=1.0, sigma=0.0).gradients(model, theta, x, y, w, 0, gen)
+    cases = [(LocalDP(clip=1.0, sigma=2.0), 2.0), (CentralDP(clip=1.0, sigma=2.0), 2.0 / 400**0.5)]
+    for defense, std in cases:
+        noise = defense.gradients(model, theta, x, y, w, 0, gen) - base
+        assert float(noise.std()) == pytest.approx(std, rel=0.05)
+    clean = DPSGD(clip=1.0, sigma=0.0).gradients(model, theta, x, y, w, 0, gen)
+    noise = DPSGD(clip=1.0, sigma=2.0).gradients(model, theta, x, y, w, 0, gen) - clean
+    assert float(noise.std()) == pytest.approx(2.0 / 4, rel=0.05)  # sigma C on the sum, divided by b
+
+
+def test_cdp_aggregates_by_exact_average():
+    m = torch.randn(5, 3)
+    out = CentralDP().aggregate(torch.eye(5), m)
+    torch.testing.assert_close(out, m.mean(0).expand(5, 3))
+
+
+def bound_decor(graph: nx.Graph, sigma_cor: float = 3.0, seed: int = 0) -> tuple[Decor, Network]:
+    network = Network.build(graph, metropolis_hastings)
+    decor = Decor(clip=1.0, sigma_cdp=1.0, sigma_cor=sigma_cor, epsilon=None)
+    decor.bind(SimpleNamespace(network=network, device=torch.device("cpu"), seeds=Seeds(seed)))
+    return decor, network
+
+
+def test_decor_correlated_noise_sums_to_zero_every_round_and_is_fresh():
+    decor, network = bound_decor(nx.grid_2d_graph(4, 4, periodic=True))
+    draws = torch.stack([decor.correlated(16, 7, torch.float64) for _ in range(200)])  # (rounds, n, p)
+    assert draws.sum(1).abs().max() < 1e-12
+    assert not torch.allclose(draws[0], draws[1])
+    # node i's correlated part has variance deg(i) sigma_cor^2 (one independent term per edge)
+    assert float(draws.var(dim=(0, 2)).mean()) == pytest.approx(4 * 9.0, rel=0.1)
+    # neighbours' parts are anti-correlated (covariance -sigma_cor^2 per shared edge), others independent
+    flat = draws.permute(1, 0, 2).reshape(16, -1)
+    cov = np.cov(flat.numpy())
+    u, v = network.edges[0]
+    assert cov[u, v] == pytest.approx(-9.0, rel=0.15)
+    far = np.flatnonzero(network.distances_from([0]) >= 2)[0]
+    assert abs(cov[0, far]) < 1.0
+
+
+def test_decor_average_gradient_equals_clipped_average_when_private_noise_is_off():
+    model, theta, x, y, w = toy(n=16)
+    decor, _ = bound_decor(nx.cycle_graph(16), sigma_cor=50.0)
+    decor.sigma_cdp = 0.0
+    noisy = decor.gradients(model, theta, x, y, w, 0, torch.Generator())
+    clean = LocalDP(clip=1.0, sigma=0.0).gradients(model, theta, x, y, w, 0, torch.Generator())
+    assert float((noisy - clean).abs().max()) > 10.0
+    torch.testing.assert_close(noisy.mean(0), clean.mean(0))
+
+
+def test_decor_same_seed_same_noise_other_seed_other_noise():
+    a, _ = bound_decor(nx.cycle_graph(8), seed=4)
+    b, _ = bound_decor(nx.cycle_graph(8), seed=4)
+    c, _ = bound_decor(nx.cycle_graph(8), seed=5)
+    first = a.correlated(8, 3, torch.float64)
+    torch.testing.assert_close(first, b.correlated(8, 3, torch.float64))
+    assert not torch.allclose(first, c.correlated(8, 3, torch.float64))
+
+
+def test_muffliato_clips_then_adds_noise_once():
+    values = torch.cat([torch.full((500, 2), 10.0), torch.full((500, 2), 0.1)])
+    out = Muffliato(clip=1.0, sigma=0.0 + 1e-9).messages(values, 0, torch.Generator())
+    assert float(out[:500].norm(dim=1).max()) == pytest.approx(1.0, rel=1e-6)
+    torch.testing.assert_close(out[500:], values[500:], atol=1e-6, rtol=0)
+    noisy = Muffliato(clip=1.0, sigma=3.0).messages(values, 0, torch.Generator().manual_seed(0))
+    assert float((noisy[500:] - values[500:]).std()) == pytest.approx(3.0, rel=0.1)
+
+
+LSQ = (
+    "data=least_squares",
+    "partition=contiguous",
+    "model=linear_regression",
+    "protocol.batch_size=null",
+    "protocol.lr=1.668e-3",
+    "protocol.dtype=float64",
+)
+
+
+def test_calibrated_runs_meet_target(tmp_path):
+    s = run(["defense=dpsgd", "defense.epsilon=3", "protocol.rounds=10"], tmp_path / "a").summary
+    assert s["epsilon"] == pytest.approx(3.0, rel=1e-4) and s["epsilon_target"] == 3.0
+    result = run([*LSQ, "defense=decor", "defense.epsilon=5", "protocol.rounds=100"], tmp_path / "b")
+    assert result.summary["epsilon"] == pytest.approx(5.0, rel=1e-6) and result.summary["sigma_cor"] > 0
+    assert {"source", "observer", "epsilon", "alpha", "delta", "threat"} <= set(result.privacy.columns)
+    assert (tmp_path / "b" / "plots" / "epsilon_vs_sigma_cor.png").stat().st_size > 10000
+
+
+def test_decor_close_to_cdp_and_far_better_than_ldp_on_least_squares(tmp_path):
+    gaps = {}
+    for defense in ("cdp", "decor", "ldp"):
+        overrides = [
+            *LSQ,
+            "topology=complete",
+            f"defense={defense}",
+            "defense.epsilon=10",
+            "accountant=secldp",
+        ]
+        overrides += ["protocol.rounds=1500", "protocol.average_last=200", "seed=1"]
+        gaps[defense] = run(overrides, tmp_path / defense).summary["optimality_gap"]
+    assert gaps["cdp"] < gaps["ldp"] / 5 and gaps["decor"] < gaps["ldp"] / 5
+    assert gaps["decor"] < 3 * gaps["cdp"]
+
+
+def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
+    cli(
+        "run", "protocol=gossip", "defense=muffliato", "topology=torus", "topology.n=36",
+        "partition=one_per_node", "protocol.rounds=8", "hydra.run.dir=m", check=True,
+    )  # fmt: skip
+    profile = pd.read_csv(tmp_path / "m" / "privacy_distance.csv")
+    assert profile["mean"].is_monotonic_decreasing and profile["mean"].iloc[0] == pytest.approx(20.0)
+    assert (tmp_path / "m" / "plots" / "privacy_vs_distance.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("defense=ldp", "defense.clip=0"), "defense.clip=0"),
+        (("defense=dpsgd", "defense.epsilon=-1"), "defense.epsilon=-1"),
+        (("defense=ldp", "accountant=rdp", "accountant.delta=2"), "accountant.delta=2"),
+        (("defense=ldp", "defense.epsilon=0.0001", "protocol.rounds=5000"), "defense.epsilon=0.0001"),
+        (("defense=decor", "accountant=secldp", "accountant.threat=spy"), "accountant.threat='spy'"),
+        (
+            ("defense=decor", "accountant=secldp", "accountant.threat=collusion", "accountant.collusion=15"),
+            "collusion=15",
+        ),
+        (("defense=muffliato",), "accountant='network_dp'"),
+        (("defense=muffliato", "protocol=gossip", "accountant=rdp"), "accountant='rdp'"),
+    ],
+)
+def test_bad_input_refused_before_running(args, needle):
+    cfg, _ = compose_config(["protocol.rounds=5", *args])
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        build(cfg)
+
+
+def test_cli_decor_without_private_noise_exits_2_with_reason(cli):
+    args = ("defense=decor", "defense.epsilon=null", "defense.sigma_cdp=0", "defense.sigma_cor=1")
+    proc = cli("run", *LSQ, "protocol.rounds=5", *args, "hydra.run.dir=x")
+    assert proc.returncode == 2, proc.stderr
+    assert "defense.sigma_cdp=0" in proc.stderr and "exact sum" in proc.stderr
