@@ -1,0 +1,255 @@
+"""The ``knowledge_matrix`` attack (El Mrini, Cyffers & Bellet, ICML 2024): on ``protocol=gossip`` it solves
+the knowledge system for the private values (Sec. 3, :mod:`.gossip`); on ``protocol=dsgd`` run as D-GD it
+recovers the targets' gradients, then their inputs (Sec. 4, :mod:`.dgd`)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import grad, vmap
+
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.knowledge import dgd, gossip
+from decpriv.attacks.knowledge.images import psnr, ssim
+from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
+from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
+from decpriv.errors import bad
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+@dataclass(eq=False)
+class Findings:
+    """Per node (0..n-1): recovered or not, the recovered private value (gossip) or input (D-GD)."""
+
+    protocol: str
+    knowledge: Knowledge
+    exact: Knowledge | None
+    nodes: np.ndarray  # the unknowns, in the order of knowledge's columns
+    values: np.ndarray  # (len(nodes), ...) recovered private values or inputs
+    gradients: np.ndarray | None  # D-GD: (len(nodes), p) recovered gradients of the local loss
+
+
+class KnowledgeMatrix(Attack):
+    name = "knowledge_matrix"
+
+    def __init__(
+        self,
+        exact: bool = False,
+        rcond: float | None = None,
+        tol: float = 1e-6,
+        solver: str = "ls",
+        image_metrics: bool | None = None,
+        success_psnr: float = 10.0,
+    ):
+        if solver not in ("ls", "gls"):
+            raise bad("attack.solver", solver, "unknown solver", "use ls or gls")
+        if not 0 < tol < 1:
+            raise bad("attack.tol", tol, "the row-space distance tolerance lies in (0, 1)", "use e.g. 1e-6")
+        if rcond is not None and not 0 < rcond < 1:
+            raise bad(
+                "attack.rcond", rcond, "the relative rank cutoff lies in (0, 1)", "use null or e.g. 1e-12"
+            )
+        self.exact, self.rcond, self.tol, self.solver = exact, rcond, tol, solver
+        self.image_metrics, self.success_psnr = image_metrics, success_psnr
+        self.protocol = ""
+
+    def check(self, setup: Setup) -> None:
+        protocol = setup.protocol
+        if not setup.adversary.nodes.size:
+            raise bad(
+                "adversary.nodes",
+                [],
+                "the attack needs corrupt nodes",
+                "set adversary.nodes or adversary.count",
+            )
+        if protocol.name not in ("gossip", "dsgd"):
+            raise bad(
+                "protocol",
+                protocol.name,
+                "the knowledge-matrix attack reads gossip or D-GD",
+                "use protocol=gossip or dsgd",
+            )
+        if len(setup.adversary.nodes) == setup.network.n:
+            raise bad(
+                "adversary.count",
+                setup.network.n,
+                "every node is an attacker, nothing is left to reconstruct",
+                "corrupt fewer nodes",
+            )
+        if protocol.name == "gossip" and protocol.accelerated:
+            raise bad(
+                "protocol.accelerated",
+                True,
+                "K_T is built for plain gossip x^{t+1} = W x^t",
+                "use protocol.accelerated=false",
+            )
+        if self.exact:
+            rational_matrix(setup.network.W)
+        if self.image_metrics and not setup.dataset.is_image:
+            raise bad(
+                "attack.image_metrics",
+                True,
+                f"data={setup.dataset.name} is not image data",
+                "set attack.image_metrics=false or use image data",
+            )
+        if protocol.name == "dsgd":
+            self.check_dgd(setup)
+        self.protocol = protocol.name
+
+    def check_dgd(self, setup: Setup) -> None:
+        p = setup.protocol
+        for key, value, need, fix in (
+            ("batch_size", p.batch_size, None, "null (full batch, D-GD)"),
+            ("gossip_steps", p.gossip_steps, 1, "1"),
+            ("local_steps", p.local_steps, 1, "1"),
+            ("momentum", p.momentum, 0.0, "0"),
+            ("weight_decay", p.weight_decay, 0.0, "0"),
+            ("same_init", p.same_init, True, "true (the common initial model is public)"),
+        ):
+            if value != need:
+                raise bad(
+                    f"protocol.{key}",
+                    value,
+                    "the D-GD attack (El Mrini et al., Sec. 4) assumes D-GD",
+                    f"use protocol.{key}={fix}",
+                )
+        if int(setup.local.mask.sum(1).max()) != 1:
+            raise bad(
+                "partition",
+                setup.cfg.partition.get("_target_", "?"),
+                "the D-GD attack assumes one sample per node",
+                "use partition=one_per_node",
+            )
+        if dgd.first_layer(setup.model) is None:
+            raise bad(
+                "model",
+                setup.cfg.model.get("_target_", "?"),
+                "analytic inversion needs a fully connected first layer with a bias (no conv-net inversion yet)",
+                "use model=softmax, logistic or mlp",
+            )
+
+    def run(self, view: View) -> Findings:
+        if self.protocol == "dsgd":
+            return self.run_dgd(view)
+        floating, rational = gossip.reconstruct(view, self.rcond, self.tol, self.exact)
+        return Findings("gossip", floating, rational, np.arange(view.network.n), floating.estimate, None)
+
+    def run_dgd(self, view: View) -> Findings:
+        tr = view.transcript
+        initial = view.public["initial_model"].double().numpy()
+        system = dgd.gradient_system(
+            view.network.W, view.attackers, tr.senders, tr.values.double().numpy(), initial
+        )
+        knowledge = dgd.solve_gradients(system, self.solver, self.rcond, self.tol)
+        gradients = -knowledge.estimate / float(view.hyper["lr"])
+        inputs = dgd.invert_linear(view.model, torch.as_tensor(gradients)).numpy()
+        return Findings("dsgd", knowledge, None, system.targets, inputs, gradients)
+
+    def evaluate(self, findings: Findings, truth: Truth, view: View) -> Report:
+        n = view.network.n
+        k = findings.knowledge
+        attacker = np.isin(np.arange(n), view.attackers)
+        distance = view.network.distances_from(view.attackers)
+        table = pd.DataFrame(
+            {
+                "node": np.arange(n),
+                "name": view.network.names,
+                "attacker": attacker,
+                "distance_to_attacker": distance,
+            }
+        )
+        reconstructed = attacker.copy()
+        reconstructed[findings.nodes] = k.reconstructible
+        table["reconstructed"] = reconstructed
+        table["row_space_distance"] = np.nan
+        table.loc[findings.nodes, "row_space_distance"] = k.distance
+        table["group"] = -1
+        table.loc[findings.nodes, "group"] = k.groups
+        recovered = torch.as_tensor(findings.values)
+        if findings.protocol == "gossip":
+            true = truth.extras["private_values"].double().cpu()
+        else:
+            true = truth.local.x[torch.as_tensor(findings.nodes), 0].double().reshape(len(findings.nodes), -1)
+            true_grads = self.true_gradients(truth, view, findings.nodes)
+            est = torch.as_tensor(findings.gradients)
+            gerr = (est - true_grads).norm(dim=1) / true_grads.norm(dim=1).clamp_min(1e-300)
+            table["gradient_error"] = np.nan
+            table.loc[findings.nodes, "gradient_error"] = gerr.numpy()
+        err = (recovered - true).norm(dim=1) / true.norm(dim=1).clamp_min(1e-300)
+        table["error"] = np.nan
+        table.loc[findings.nodes, "error"] = err.numpy()
+        summary = {
+            "attackers": int(attacker.sum()),
+            "knowledge_rows": k.rows,
+            "knowledge_rank": k.rank,
+            "unknowns": len(findings.nodes),
+            "fraction_reconstructed": float(reconstructed.mean()),
+            "fraction_reconstructed_honest": float(reconstructed[~attacker].mean()),
+            "reconstructed_honest": int(reconstructed[~attacker].sum()),
+            "indistinguishable_groups": int((np.bincount(k.groups) > 1).sum()),
+            "max_error_reconstructed": float(err[torch.as_tensor(k.reconstructible)].max())
+            if k.reconstructible.any()
+            else float("nan"),
+            "attack_mode": "exact" if findings.exact is not None else "float64",
+            **{f"knowledge_{key}": value for key, value in k.numerics.items()},
+        }
+        if findings.exact is not None:
+            e = findings.exact
+            summary["knowledge_rank_exact"] = e.rank
+            summary["float_exact_disagreements"] = int((e.reconstructible != k.reconstructible).sum())
+            summary["fraction_reconstructed"] = float(
+                (attacker | np.isin(np.arange(n), findings.nodes[e.reconstructible])).mean()
+            )
+            table["reconstructed_exact"] = attacker.copy()
+            table.loc[findings.nodes[e.reconstructible], "reconstructed_exact"] = True
+        figures = {"plots/knowledge_graph.png": outcome_graph(view.network, table, self.title(summary, view))}
+        spec = view.data_spec
+        if self.image_metrics is not False and spec.data_range is not None and len(spec.input_shape) == 3:
+            shape = (len(findings.nodes), *spec.input_shape)
+            imgs, truth_imgs = recovered.reshape(shape), true.reshape(shape)
+            table["psnr"], table["ssim"] = np.nan, np.nan
+            p, s = psnr(imgs, truth_imgs, spec.data_range), ssim(imgs, truth_imgs, spec.data_range)
+            table.loc[findings.nodes, "psnr"] = p.numpy()
+            table.loc[findings.nodes, "ssim"] = s.numpy()
+            honest = ~attacker[findings.nodes]
+            summary["mean_psnr"] = float(p[torch.as_tensor(honest)].mean())
+            summary["mean_ssim"] = float(s[torch.as_tensor(honest)].mean())
+            summary["fraction_psnr_success"] = float(
+                (p[torch.as_tensor(honest)] >= self.success_psnr).double().mean()
+            )
+            low, high = spec.data_range
+            unit = lambda x: ((x.clamp(low, high) - low) / (high - low)).numpy()  # noqa: E731
+            figures["reconstructions/knowledge_inputs.png"] = reconstruction_grid(
+                unit(truth_imgs[honest]),
+                unit(imgs[honest]),
+                distance[findings.nodes][honest],
+                p.numpy()[honest],
+                "true vs recovered, by distance to the attackers",
+            )
+        return Report(tables={"attack": table}, summary=summary, figures=figures)
+
+    def true_gradients(self, truth: Truth, view: View, nodes: np.ndarray) -> torch.Tensor:
+        """Gradient of each target's loss at the common initial model: the constant the attack estimates."""
+        theta = view.public["initial_model"].double().expand(len(nodes), -1)
+        idx = torch.as_tensor(nodes)
+        model = view.model
+        x, y = truth.local.x[idx].double(), truth.local.y[idx]
+        mask = truth.local.mask[idx].double()
+        with torch.no_grad():
+            module_dtype = next(model.module.parameters()).dtype
+            model.module.double()
+            try:
+                return vmap(grad(model.loss))(theta, x, y, mask)
+            finally:
+                model.module.to(module_dtype)
+
+    def title(self, summary: dict, view: View) -> str:
+        steps = view.transcript.values.shape[0]
+        return (
+            f"{summary['attackers']} attacker(s), T={steps}: {summary['reconstructed_honest']} others reconstructed, "
+            f"rank K_T = {summary['knowledge_rank']}"
+        )
