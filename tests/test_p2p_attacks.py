@@ -1,0 +1,184 @@
+"""Pasquini et al. (2023) attacks end to end through the CLI: exact recovery, discovery, override, echo,
+membership inference in DL and FL, and the refusals of bad input."""
+
+import pandas as pd
+import pytest
+
+DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
+
+
+def run(cli, tmp_path, *args):
+    proc = cli("run", "hydra.run.dir=out", *args)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    return out, pd.read_csv(out / "summary.csv").iloc[0]
+
+
+def test_gradient_recovery_is_exact_full_batch(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=karate",
+        *DPSGD,
+        "attack=gradient_recovery",
+        "adversary.nodes=[0,33]",
+        "protocol.rounds=3",
+        "protocol.batch_size=null",
+        "protocol.dtype=float64",
+    )
+    table = pd.read_csv(out / "gradient_recovery.csv")
+    skipped = pd.read_csv(out / "gradient_recovery_skipped.csv")
+    assert set(table.condition) == {"initial", "system_knowledge"}
+    assert set(table["round"]) == {0, 1, 2}
+    assert s.recovery_max_relative_error < 1e-10
+    # node 16 hangs off 5 and 6 only, which are not corrupt: 5 and 6 cannot be recovered
+    assert {5, 6} <= set(skipped.victim) and not set(skipped.victim) & set(table.victim)
+
+
+def test_gradient_recovery_minibatch_is_a_noisy_full_gradient(cli, tmp_path):
+    _, s = run(
+        cli,
+        tmp_path,
+        "topology=karate",
+        *DPSGD,
+        "attack=gradient_recovery",
+        "adversary.nodes=[0,33]",
+        "protocol.rounds=2",
+        "protocol.batch_size=4",
+    )
+    assert not s.recovery_full_batch and 0.2 < s.recovery_median_cosine < 0.999
+
+
+def test_neighbour_discovery_torus16_eavesdropper(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=torus",
+        "topology.n=16",
+        *DPSGD,
+        "attack=neighbour_discovery",
+        "adversary.eavesdropper=true",
+        "protocol.rounds=3",
+        "protocol.batch_size=8",
+    )
+    assert s.discovery_trials == 32  # 16 victims x 2 rounds with a previous round
+    assert s.discovery_exact_rate >= 0.9 and s.discovery_final_exact_rate == 1.0
+
+
+@pytest.mark.parametrize("rushing", [True, False])
+def test_state_override_controls_the_victims(cli, tmp_path, rushing):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=karate",
+        *DPSGD,
+        "attack=state_override",
+        f"attack.rushing={rushing}",
+        "attack.target=zeros",
+        "adversary.nodes=[0,33]",
+        "protocol.rounds=8",
+    )
+    assert s.override_victims == 24
+    if rushing:
+        assert s.override_min_controlled_fraction > 1 - 1e-5
+    else:
+        assert 0.5 < s.override_min_controlled_fraction < 0.999
+
+
+@pytest.mark.slow
+def test_echo_raises_victim_generalisation_error(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=torus",
+        "topology.n=36",
+        *DPSGD,
+        "attack=echo",
+        "adversary.nodes=[0]",
+        "protocol.rounds=60",
+        "attack.every=10",
+    )
+    assert s.echo_victim == 1
+    assert s.echo_victim_local_generalisation_error > 2 * s.echo_others_local_generalisation_error
+    assert (out / "plots" / "echo_generalisation.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_mia_dl_views_and_fl_views(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=torus",
+        "topology.n=36",
+        *DPSGD,
+        "attack=mia",
+        "attack.marginalize=true",
+        "attack.every=20",
+        "adversary.nodes=[0]",
+        "protocol.rounds=40",
+    )
+    table = pd.read_csv(out / "mia.csv")
+    assert set(table.view) == {"received", "marginalised", "auto"}
+    assert set(table.victim) == {1, 5, 6, 30}  # torus-36 neighbours of node 0
+    assert (table.auc.between(0, 1)).all() and (table.advantage.between(0, 0.5)).all()
+    assert s.mia_received_advantage > 0.02
+    assert (out / "plots" / "mia_vs_generalisation.png").exists()
+    fl = tmp_path / "fl"
+    fl.mkdir()
+    proc = cli(
+        "run",
+        "hydra.run.dir=fl",
+        "protocol=fedavg",
+        "topology=complete",
+        "topology.n=36",
+        "model=mlp",
+        "attack=mia",
+        "attack.every=20",
+        "adversary.eavesdropper=true",
+        "protocol.rounds=40",
+    )
+    assert proc.returncode == 0, proc.stderr
+    f = pd.read_csv(tmp_path / "fl" / "summary.csv").iloc[0]
+    assert f.mia_fl_update_advantage > f.mia_fl_global_advantage  # the server sees more than a user
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ("topology=karate", "attack=state_override", "adversary.nodes=[0]", "attack.victim=33"),
+            "neighbour of attacker 0",
+        ),
+        (
+            ("topology=torus", "attack=state_override", "adversary.nodes=[0]", "attack.victim=1"),
+            "neighbours [2, 5, 13]",
+        ),
+        (("topology=torus", "attack=mia", "adversary.nodes=[0]", "data.test_fraction=0.0"), "held-out"),
+        (("topology=torus", "attack=gradient_recovery", "adversary.nodes=[0]"), "adversary.nodes"),
+        (("topology=torus", "attack=echo", "attack.variant=loud", "adversary.nodes=[0]"), "attack.variant"),
+        (("topology=torus", "attack=mia", "protocol=fedavg", "adversary.nodes=[0]"), "eavesdropper"),
+    ],
+)
+def test_bad_input_exit_2(cli, args, words):
+    proc = cli("run", "hydra.run.dir=out", "gossip_matrix=uniform", "model=mlp", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr
+
+
+def test_mia_quick_views(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=ring",
+        "topology.n=12",
+        *DPSGD,
+        "attack=mia",
+        "attack.marginalize=auto",
+        "attack.every=4",
+        "adversary.nodes=[0]",
+        "protocol.rounds=8",
+    )
+    table = pd.read_csv(out / "mia.csv")
+    assert set(table.view) == {"received", "auto"} and set(table.victim) == {1, 11}
+    assert set(table["round"]) == {0, 4, 7}
+    assert table.advantage.between(0, 0.5).all() and table.auc.between(0, 1).all()
