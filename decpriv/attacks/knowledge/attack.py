@@ -15,6 +15,7 @@ from decpriv.attacks.knowledge import dgd, gossip
 from decpriv.attacks.knowledge.images import psnr, ssim
 from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
+from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.setup import Setup
@@ -44,6 +45,7 @@ class KnowledgeMatrix(Attack):
         solver: str = "ls",
         image_metrics: bool | None = None,
         success_psnr: float = 10.0,
+        steps: int | str | None = None,
     ):
         if solver not in ("ls", "gls"):
             raise bad("attack.solver", solver, "unknown solver", "use ls or gls")
@@ -55,6 +57,15 @@ class KnowledgeMatrix(Attack):
             )
         self.exact, self.rcond, self.tol, self.solver = exact, rcond, tol, solver
         self.image_metrics, self.success_psnr = image_metrics, success_psnr
+        if steps is not None and steps != "fig2" and not (isinstance(steps, int) and steps >= 1):
+            raise bad(
+                "attack.steps",
+                steps,
+                "T must be a positive number of gossip steps",
+                "use null (all), an int >= 1 or fig2",
+            )
+        self.steps_rule = steps
+        self.steps: int | None = None
         self.protocol = ""
 
     def check(self, setup: Setup) -> None:
@@ -87,6 +98,7 @@ class KnowledgeMatrix(Attack):
                 "K_T is built for plain gossip x^{t+1} = W x^t",
                 "use protocol.accelerated=false",
             )
+        self.steps = self.horizon(setup)
         if self.exact:
             rational_matrix(setup.network.W)
         if self.image_metrics and not setup.dataset.is_image:
@@ -99,6 +111,32 @@ class KnowledgeMatrix(Attack):
         if protocol.name == "dsgd":
             self.check_dgd(setup)
         self.protocol = protocol.name
+
+    def horizon(self, setup: Setup) -> int:
+        """T: ``attack.steps`` recorded steps (``fig2``: El Mrini et al.'s int(min(n p / |A|, n / 2)))."""
+        rounds = setup.protocol.rounds
+        if self.steps_rule is None:
+            return rounds
+        if self.steps_rule == "fig2":
+            mean_degree = setup.network.graph.graph.get("mean_degree")
+            if mean_degree is None:
+                raise bad(
+                    "attack.steps",
+                    "fig2",
+                    "the fig2 horizon needs topology=erdos_renyi_mean_degree",
+                    "use attack.steps=null or an int",
+                )
+            steps = fig2_horizon(setup.network.n, mean_degree, len(setup.adversary.nodes))
+        else:
+            steps = self.steps_rule
+        if steps > rounds:
+            raise bad(
+                "attack.steps",
+                self.steps_rule,
+                f"the protocol runs only {rounds} steps, T={steps} needs more",
+                f"set protocol.rounds >= {steps}",
+            )
+        return steps
 
     def check_dgd(self, setup: Setup) -> None:
         p = setup.protocol
@@ -135,7 +173,7 @@ class KnowledgeMatrix(Attack):
     def run(self, view: View) -> Findings:
         if self.protocol == "dsgd":
             return self.run_dgd(view)
-        floating, rational = gossip.reconstruct(view, self.rcond, self.tol, self.exact)
+        floating, rational = gossip.reconstruct(view, self.steps, self.rcond, self.tol, self.exact)
         return Findings("gossip", floating, rational, np.arange(view.network.n), floating.estimate, None)
 
     def run_dgd(self, view: View) -> Findings:
@@ -248,7 +286,7 @@ class KnowledgeMatrix(Attack):
                 model.module.to(module_dtype)
 
     def title(self, summary: dict, view: View) -> str:
-        steps = view.transcript.values.shape[0]
+        steps = self.steps
         return (
             f"{summary['attackers']} attacker(s), T={steps}: {summary['reconstructed_honest']} others reconstructed, "
             f"rank K_T = {summary['knowledge_rank']}"

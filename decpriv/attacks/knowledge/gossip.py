@@ -18,11 +18,6 @@ from decpriv.attacks.knowledge.matrix import (
 )
 
 
-def recorded_steps(view: View) -> int:
-    """T: the gossip steps the attackers recorded (rows of the transcript, x^0 .. x^{T-1})."""
-    return int(view.transcript.values.shape[0])
-
-
 def observations(view: View, steps: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Blocks (K_t, Y_t) of the system: the attackers' own x^0, then their neighbours' x^t, from the
     transcript (whose columns are the observed senders)."""
@@ -37,10 +32,10 @@ def observations(view: View, steps: int) -> Iterator[tuple[np.ndarray, np.ndarra
 
 
 def reconstruct(
-    view: View, rcond: float | None, tol: float, exact: bool
+    view: View, steps: int, rcond: float | None, tol: float, exact: bool
 ) -> tuple[Knowledge, Knowledge | None]:
-    """The float64 answer (with values) and, when ``exact``, the rational one for the same K_T."""
-    steps = recorded_steps(view)
+    """The float64 answer (with values) from the first ``steps`` recorded messages x^0 .. x^{T-1} and, when
+    ``exact``, the rational answer for the same K_T."""
     floating = row_space(observations(view, steps), view.network.n, rcond, tol)
     rational = exact_knowledge(view.network.W, view.attackers, steps) if exact else None
     return floating, rational
