@@ -1,0 +1,195 @@
+"""What the recorded Delta z reveal about every node (Yu 2023, Theorem 1), from the transcript alone.
+
+With B = B_{i|j} and the theta-averaged update of z_{j|i},
+
+    Delta z_{j|i}^{t+1} = (1 - theta) Delta z_{j|i}^t + theta Delta z_{i|j}^t + 2 rho theta B (w_i^{t+1} - w_i^t)
+
+so every model step s_i^t = w_i^{t+1} - w_i^t (t >= 1) is known (averaged over i's edges). Anchoring at
+the corrupt nodes' model at t_max (Theorem 1.2) gives the trajectory w_i^t = w_c^{t_max} - sum_{tau >= t}
+s_i^tau. The local optimality condition grad f_i(w_i^{t+1}) = -sum_j B z_{i|j}^t - rho d_i w_i^{t+1}
+turns into gradient differences D_i^t = grad f_i(w_i^t) - grad f_i(w_i^{t+2}) in two forms:
+
+- ``theorem`` (Theorem 1.3, theta = 1, exact updates): rho d_i (w_i^t + w_i^{t+2}) - 2 rho sum_j w_j^{t+1},
+  evaluated on the anchored trajectory, so the anchor error enters the value;
+- ``messages``: with Q_i^t = sum_j B_{i|j} Delta z_{i|j}^t the same optimality conditions give
+  exact: D^t = Q^t + Q^{t+1} + rho d (s^t + s^{t+1}),
+  k_max = 1: D^t = (s^{t+2} - s^t) / alpha + Q^{t+1} + Q^{t+2} + rho d (s^t + s^{t+1}),
+  QA: D^t = (mu + rho d)(s^{t+1} + s^{t+2}) - mu (s^t + s^{t+1}) + Q^{t+1} + Q^{t+2},
+  which need no anchor for the value (only for the points w^t, w^{t+2} where it is evaluated).
+Plain PDMM (z^0 = 0) leaks much more: z^t = sum_{tau <= t} Delta z^tau, so w_i^{t+1} follows from the
+z-update without any anchor and the gradient itself is grad f_i(w_i^{t+1}) = -sum_j B z_{i|j}^t - rho d_i w_i^{t+1}.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from decpriv.adversary.view import View
+from decpriv.errors import bad
+from decpriv.protocols.pdmm import directed_edges, positions
+
+FORMS = ("messages", "theorem")
+UPDATES = ("exact", "k1", "qa")
+
+
+@dataclass(eq=False)
+class Leak:
+    """Leaked quantities for rounds ``rounds`` (t), all nodes: points w^t, w^{t+2} and D^t."""
+
+    rounds: np.ndarray  # (K,) t of each difference
+    steps: torch.Tensor  # (T - 1, n, p) s^t, t = 1..T-1
+    trajectory: torch.Tensor  # (T, n, p) anchored w^t, t = 1..T
+    start: torch.Tensor  # (K, n, p) w^t
+    end: torch.Tensor  # (K, n, p) w^{t+2}
+    difference: torch.Tensor  # (K, n, p) D^t
+    plain_models: torch.Tensor  # (T, n, p) w^t, t = 1..T, read off z assuming z^0 = 0 (plain PDMM)
+    plain_gradient: torch.Tensor  # (T, n, p) grad f(w^t) assuming z^0 = 0, t = 1..T
+
+
+def require_full_view(view: View) -> None:
+    n = view.network.n
+    if not view.eavesdropper or view.attackers.size == 0:
+        raise bad(
+            "adversary",
+            f"eavesdropper={view.eavesdropper}, nodes={view.attackers.tolist()}",
+            "the leakage needs every edge's Delta z and a corrupt node's model",
+            "set adversary.eavesdropper=true and adversary.nodes=[0]",
+        )
+    if view.transcript.senders.size != 2 * len(view.network.edges) or n < 2:
+        raise bad("adversary.eavesdropper", False, "some edges were not recorded", "set it to true")
+
+
+def extract(
+    view: View,
+    t_max: int,
+    rho: float,
+    theta: float,
+    update: str = "exact",
+    form: str = "messages",
+    alpha: float = 0.1,
+    mu: float = 1.0,
+) -> Leak:
+    """Leakage from the Delta z recorded in rounds 1..t_max (the adversary's assumed hyperparameters)."""
+    net, tr = view.network, view.transcript
+    n = net.n
+    directed = directed_edges(net)
+    order = positions(directed, tr.senders, tr.receivers, n)
+    dz = torch.empty_like(tr.values[:t_max])
+    dz[:, order] = tr.values[:t_max].to(torch.float64)
+    send = torch.as_tensor(directed[:, 0])
+    recv = torch.as_tensor(directed[:, 1])
+    rev = torch.as_tensor(
+        np.searchsorted(directed[:, 0] * n + directed[:, 1], directed[:, 1] * n + directed[:, 0])
+    )
+    b = torch.where(send < recv, 1.0, -1.0).to(dz.dtype)[None, :, None]
+    degree = torch.as_tensor(net.degrees, dtype=dz.dtype)
+    rd = (rho * degree)[None, :, None]
+    T, p = dz.shape[0], dz.shape[2]
+    per_edge = b * (dz[1:] - (1 - theta) * dz[:-1] - theta * dz[:-1, rev]) / (2 * rho * theta)
+    steps = torch.zeros(T - 1, n, p, dtype=dz.dtype).index_add_(1, send, per_edge) / degree[None, :, None]
+    own = view.public["own_models"].to(dz.dtype)
+    anchor = own[t_max].mean(0)
+    after = torch.flip(torch.cumsum(torch.flip(steps, [0]), 0), [0])  # sum_{tau >= t} s^tau
+    trajectory = torch.cat([anchor - after, anchor.expand(1, n, p)])
+    trajectory[:, torch.as_tensor(view.attackers)] = own[1 : t_max + 1]
+    Q = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, recv, -b * dz)
+    if form == "theorem":
+        K = T - 2
+        s = trajectory
+        neighbours = torch.zeros(K, n, p, dtype=dz.dtype).index_add_(1, recv, s[1 : K + 1][:, send])
+        difference = rd * (s[:K] + s[2 : K + 2]) - 2 * rho * neighbours
+    elif update == "exact":
+        K = T - 2
+        difference = Q[:K] + Q[1 : K + 1] + rd * (steps[:K] + steps[1 : K + 1])
+    elif update == "k1":
+        K = T - 3
+        difference = (
+            (steps[2 : K + 2] - steps[:K]) / alpha
+            + Q[1 : K + 1]
+            + Q[2 : K + 2]
+            + rd * (steps[:K] + steps[1 : K + 1])
+        )
+    else:
+        K = T - 3
+        difference = (
+            (mu + rd) * (steps[1 : K + 1] + steps[2 : K + 2])
+            - mu * (steps[:K] + steps[1 : K + 1])
+            + Q[1 : K + 1]
+            + Q[2 : K + 2]
+        )
+    z = torch.cat([torch.zeros_like(dz[:1]), torch.cumsum(dz, 0)])  # z^t if z^0 were 0, t = 0..T
+    per_edge = b * (z[1:] - (1 - theta) * z[:-1] - theta * z[:-1, rev]) / (2 * rho * theta)
+    plain_models = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, send, per_edge) / degree[None, :, None]
+    coupling = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, recv, -b * z[:-1])
+    plain = -coupling - rd * plain_models
+    return Leak(
+        rounds=np.arange(1, K + 1),
+        steps=steps,
+        trajectory=trajectory,
+        start=trajectory[:K],
+        end=trajectory[2 : K + 2],
+        difference=difference,
+        plain_models=plain_models,
+        plain_gradient=plain,
+    )
+
+
+def check_pdmm(setup, attack: str) -> None:
+    """Refuse a protocol that sends no Delta z, or a threat model without eavesdropper and corrupt node."""
+    if getattr(setup.protocol, "recorder_kind", None) != "edges" or not hasattr(setup.protocol, "rho"):
+        raise bad(
+            "protocol",
+            setup.protocol.name,
+            f"attack={attack} reads the Delta z messages of PDMM/ADMM",
+            "use protocol=pdmm or protocol=admm",
+        )
+    adv = setup.adversary
+    if not adv.eavesdropper or adv.nodes.size == 0:
+        raise bad(
+            "adversary",
+            f"eavesdropper={adv.eavesdropper}, nodes={adv.nodes.tolist()}",
+            f"attack={attack} needs an eavesdropper on every edge and at least one corrupt node",
+            "set adversary.eavesdropper=true adversary.nodes=[0]",
+        )
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """The hyperparameters the adversary plugs into Theorem 1 (declared ones unless overridden)."""
+
+    rho: float
+    theta: float
+    update: str
+    alpha: float
+    mu: float
+
+    @classmethod
+    def resolve(
+        cls,
+        hyper: dict,
+        rho: float | None,
+        theta: float | None,
+        update: str | None,
+        alpha: float | None,
+        mu: float | None,
+    ) -> "Assumed":
+        declared = {"exact": "exact", "inexact": "k1", "qa": "qa"}[hyper["update"]]
+        return cls(
+            rho if rho is not None else hyper["rho"],
+            theta if theta is not None else hyper["theta"],
+            update if update is not None else declared,
+            alpha if alpha is not None else hyper["alpha"],
+            mu if mu is not None else hyper["mu"],
+        )
+
+
+def check_assumptions(update: str | None, form: str, theta: float | None, prefix: str) -> None:
+    if update is not None and update not in UPDATES:
+        raise bad(
+            f"{prefix}.update", update, "unknown update rule", f"use one of {', '.join(UPDATES)} or null"
+        )
+    if form not in FORMS:
+        raise bad(f"{prefix}.form", form, "unknown leakage form", f"use one of {', '.join(FORMS)}")
+    if theta is not None and not 0 < theta <= 1:
+        raise bad(f"{prefix}.theta", theta, "theta lies in (0, 1]", "use 1 or null (the declared value)")

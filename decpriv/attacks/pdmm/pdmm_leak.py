@@ -1,0 +1,134 @@
+"""``pdmm_leak``: the leaked trajectories and gradient differences of Theorem 1 (Yu 2023), scored per
+node and round against the true ones; one row per early-stopping point t_max."""
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import grad, vmap
+
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.pdmm.leak import Assumed, Leak, check_assumptions, check_pdmm, extract
+from decpriv.errors import bad
+from decpriv.report.findings import Report
+from decpriv.report.plots import metric_plot
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+def true_gradients(view: View, truth: Truth, points: torch.Tensor) -> torch.Tensor:
+    """(K, n, p) grad f_i at points[k, i] on node i's private set (scoring only)."""
+    local = truth.local.astype(torch.float64)
+    per_node = vmap(grad(view.model.loss))
+    over_rounds = vmap(per_node, in_dims=(0, None, None, None))
+    return over_rounds(points, local.x, local.y, local.mask.to(torch.float64))
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-300)
+
+
+class PDMMLeak(Attack):
+    name = "pdmm_leak"
+
+    def __init__(
+        self,
+        t_max: list[int] | None = None,
+        form: str = "messages",
+        update: str | None = None,
+        rho: float | None = None,
+        theta: float | None = None,
+        alpha: float | None = None,
+        mu: float | None = None,
+    ):
+        check_assumptions(update, form, theta, "attack")
+        if t_max is not None and (not t_max or min(t_max) < 4):
+            raise bad(
+                "attack.t_max", t_max, "each stopping point needs at least 4 rounds", "use e.g. [10, 50]"
+            )
+        self.t_max, self.form, self.update = t_max, form, update
+        self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
+
+    def check(self, setup: Setup) -> None:
+        check_pdmm(setup, self.name)
+        if self.t_max is not None and max(self.t_max) > setup.protocol.rounds:
+            raise bad(
+                "attack.t_max",
+                self.t_max,
+                f"the run has {setup.protocol.rounds} rounds",
+                "stop at most at protocol.rounds",
+            )
+
+    def stops(self, view: View) -> list[int]:
+        return sorted(set(self.t_max)) if self.t_max else [len(view.transcript.times)]
+
+    def run(self, view: View) -> dict[int, Leak]:
+        a = Assumed.resolve(view.hyper, self.rho, self.theta, self.update, self.alpha, self.mu)
+        return {
+            t: extract(view, t, a.rho, a.theta, a.update, self.form, a.alpha, a.mu) for t in self.stops(view)
+        }
+
+    def evaluate(self, findings: dict[int, Leak], truth: Truth, view: View) -> Report:
+        models = truth.extras["models"].to(torch.float64)
+        honest = np.setdiff1d(np.arange(view.network.n), view.attackers)
+        rows, stops = [], []
+        for t_max, leak in findings.items():
+            K = len(leak.rounds)
+            true_diff = true_gradients(view, truth, models[1 : K + 1]) - true_gradients(
+                view, truth, models[3 : K + 3]
+            )
+            diff_err = relative(leak.difference, true_diff)[:, honest]
+            traj_err = (leak.start - models[1 : K + 1]).norm(dim=-1)[:, honest]
+            r, v = np.meshgrid(leak.rounds, honest, indexing="ij")
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "t_max": t_max,
+                        "round": r.ravel(),
+                        "node": v.ravel(),
+                        "trajectory_error": traj_err.reshape(-1).numpy(),
+                        "difference_error": diff_err.reshape(-1).numpy(),
+                    }
+                )
+            )
+            plain = true_gradients(view, truth, models[1 : t_max + 1])
+            stops.append(
+                {
+                    "t_max": t_max,
+                    "trajectory_error_round1": float(traj_err[0].mean()),
+                    "difference_error_round1": float(diff_err[0].median()),
+                    "difference_error_median": float(diff_err.median()),
+                    "plain_gradient_error_median": float(
+                        relative(leak.plain_gradient, plain)[:, honest].median()
+                    ),
+                }
+            )
+        table, by_stop = pd.concat(rows, ignore_index=True), pd.DataFrame(stops)
+        last = by_stop.iloc[-1]
+        summary = {
+            "leak_form": self.form,
+            "leak_trajectory_error_round1": float(last.trajectory_error_round1),
+            "leak_difference_error_median": float(last.difference_error_median),
+            "leak_plain_gradient_error_median": float(last.plain_gradient_error_median),
+        }
+        figures = {
+            "plots/leak_difference_error.png": metric_plot(
+                table,
+                "round",
+                "difference_error",
+                hue="t_max",
+                logy=True,
+                title="leaked gradient difference: relative error (honest nodes)",
+            ),
+            "plots/leak_trajectory_error.png": metric_plot(
+                table,
+                "round",
+                "trajectory_error",
+                hue="t_max",
+                logy=True,
+                title="reconstructed model trajectory: error (honest nodes)",
+            ),
+        }
+        return Report(
+            tables={"pdmm_leak": table, "pdmm_leak_by_t_max": by_stop}, summary=summary, figures=figures
+        )
