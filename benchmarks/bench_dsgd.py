@@ -52,14 +52,16 @@ def loop_dsgd(setup, rounds: int) -> torch.Tensor:
     return torch.stack(theta)
 
 
-def timed(call, repeats: int = 3) -> float:
-    """Best of ``repeats`` wall-clock times: the CPU is shared, the minimum is the least disturbed."""
-    best = float("inf")
+def timed_pair(first, second, repeats: int = 3) -> tuple[float, float]:
+    """Best of ``repeats`` wall-clock times of two calls, interleaved so that both meet the same load on
+    the shared CPU (the minimum is the least disturbed run)."""
+    best = [float("inf"), float("inf")]
     for _ in range(repeats):
-        begin = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - begin)
-    return best
+        for k, call in enumerate((first, second)):
+            begin = time.perf_counter()
+            call()
+            best[k] = min(best[k], time.perf_counter() - begin)
+    return best[0], best[1]
 
 
 def main() -> None:
@@ -76,10 +78,12 @@ def main() -> None:
             reference = loop_dsgd(check, CHECK_ROUNDS)
             diff = float((vectorised - reference).abs().max())
             loop_rounds = max(2, 1024 // n)
-            loop_s = timed(lambda s=check, r=loop_rounds: loop_dsgd(s, r)) / loop_rounds
             fast_rounds = 200 if n <= 256 else 100
             fast = setup_for(model, n, fast_rounds)
-            fast_s = timed(lambda s=fast: experiment.simulate(s)) / fast_rounds
+            loop_s, fast_s = timed_pair(
+                lambda s=check, r=loop_rounds: loop_dsgd(s, r), lambda s=fast: experiment.simulate(s)
+            )
+            loop_s, fast_s = loop_s / loop_rounds, fast_s / fast_rounds
             print(
                 f"{model:8} {n:5d} {check.model.p:6d} {check.protocol.batch_size:5d} {1 / fast_s:15.1f} {1 / loop_s:9.2f} "
                 f"{loop_s / fast_s:8.1f}x {diff:11.2e}",
