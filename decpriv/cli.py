@@ -17,7 +17,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 
-from decpriv import experiment
 from decpriv.errors import ConfigError
 
 console = Console()
@@ -44,6 +43,8 @@ Examples:  decpriv run topology=torus protocol.rounds=50
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> None:
     # Parallel launchers pickle this function by value: it must not close over module state (locks).
+    # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
+    from decpriv import experiment
     from decpriv.report.resume import already_completed, take_resume
 
     runtime = HydraConfig.get()
@@ -143,7 +144,7 @@ def _run(args: list[str]) -> int:
     if parsed.multirun and SweepSummary.folder is not None:
         from decpriv.report.resume import kept_before
 
-        kept = kept_before(SweepSummary.folder, began)
+        kept = kept_before(SweepSummary.folder, began, SweepSummary.jobs)
         note = f" ({kept} job(s) kept from earlier runs: +resume=true)" if kept else ""
         console.print(f"sweep folder: [bold]{SweepSummary.folder}[/]{note}", highlight=False)
     if parsed.multirun and SweepSummary.failed:

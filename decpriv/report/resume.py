@@ -12,7 +12,6 @@ from omegaconf import DictConfig, open_dict
 
 from decpriv.errors import bad
 from decpriv.report.run_folder import read_status
-from decpriv.report.sweep import job_folders
 
 KEY = "resume"
 
@@ -42,7 +41,7 @@ def already_completed(folder: Path, digest: str) -> bool:
     return meta.get("status") == "completed" and meta.get("config_digest") == digest
 
 
-def kept_before(sweep: Path, began: datetime) -> int:
-    """Jobs of the sweep whose run started before ``began``: the ones a resumed sweep skipped."""
-    starts = [read_status(job).get("started") for job in job_folders(sweep)]
+def kept_before(sweep: Path, began: datetime, jobs: int) -> int:
+    """Jobs ``0 .. jobs-1`` of the sweep whose run started before ``began``: the ones resuming skipped."""
+    starts = [read_status(Path(sweep) / str(job)).get("started") for job in range(jobs)]
     return sum(1 for s in starts if s and datetime.fromisoformat(s) < began)

@@ -13,6 +13,8 @@ from decpriv.report.run_folder import read_status
 
 
 def _fmt(value: object) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)

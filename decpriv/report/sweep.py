@@ -16,10 +16,14 @@ def job_folders(sweep: Path) -> list[Path]:
     return sorted(found, key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name))
 
 
-def collect(sweep: Path) -> pd.DataFrame:
-    """Concatenate the jobs' summary rows; a job that died without one gets a row from its run.json."""
+def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
+    """Concatenate the jobs' summary rows (of jobs ``0 .. jobs-1`` when given); a job that died without
+    one gets a row from its run.json."""
     rows = []
+    wanted = None if jobs is None else {str(i) for i in range(jobs)}
     for job in job_folders(sweep):
+        if wanted is not None and job.name not in wanted:
+            continue
         file = job / "summary.csv"
         if file.is_file():
             row = pd.read_csv(file)
@@ -48,10 +52,17 @@ class SweepSummary(Callback):
 
     failed = 0
     folder: Path | None = None
+    jobs = 0
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
         sweep = Path(config.hydra.sweep.dir)
-        table = collect(sweep)
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        jobs = len(BasicSweeper.split_arguments(parsed, None)[0])
+        # A reused sweep folder may hold job folders of an earlier, larger grid: they are not this sweep.
+        table = collect(sweep, jobs)
         if table.empty:
             return
         front = ["job", "status", *[k for k in swept_overrides(sweep) if k in table.columns]]
@@ -59,3 +70,4 @@ class SweepSummary(Callback):
         write_csv(sweep / "summary.csv", table)
         SweepSummary.failed = int((table["status"] != "completed").sum())
         SweepSummary.folder = sweep
+        SweepSummary.jobs = jobs

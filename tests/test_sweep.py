@@ -1,0 +1,183 @@
+"""Sweeps end to end: a real 2 x 2 x 2-seed sweep through the CLI, its aggregated table, report, plots,
+resume, the runs index; plus a hand-made sweep whose statistics are solved by hand."""
+
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from decpriv.report.aggregate import aggregate, load_sweep
+
+GRID = [
+    "seed=0,1",
+    "topology=ring,complete",
+    "protocol.lr=0.1,0.3",
+    "protocol.rounds=2",
+    "topology.n=6",
+]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("sweep")
+    run_cli("run", "-m", *GRID, "hydra.sweep.dir=sw", cwd=base, check=True)
+    return base / "sw"
+
+
+def _job_rows(sweep: Path) -> pd.DataFrame:
+    """The jobs' own summary.csv files, read one by one: an independent path to the sweep's numbers."""
+    return pd.concat([pd.read_csv(f) for f in sorted(sweep.glob("*/summary.csv"))], ignore_index=True)
+
+
+def test_sweep_summary_has_every_job_with_swept_keys_first(sweep):
+    table = pd.read_csv(sweep / "summary.csv")
+    assert list(table.columns[:5]) == ["job", "status", "seed", "topology", "protocol.lr"]
+    assert len(table) == 8 and (table.status == "completed").all()
+    combos = set(zip(table.seed, table.topology, table["protocol.lr"], strict=True))
+    assert combos == {(s, t, lr) for s in (0, 1) for t in ("ring", "complete") for lr in (0.1, 0.3)}
+
+
+def test_aggregate_is_mean_std_count_over_seeds(sweep):
+    found = load_sweep(sweep)
+    assert found.keys == ["seed", "topology", "protocol.lr"]
+    stats = aggregate(found)
+    jobs = _job_rows(sweep)
+    assert len(stats) == 4 * len(found.metrics)
+    assert (stats["count"] == 2).all() and (stats["failed"] == 0).all()
+    for topology in ("ring", "complete"):
+        for lr in (0.1, 0.3):
+            pair = jobs[(jobs.topology == topology) & (jobs["protocol.lr"] == lr)].test_accuracy.to_numpy()
+            row = stats[
+                (stats.topology == topology)
+                & (stats["protocol.lr"] == lr)
+                & (stats.metric == "test_accuracy")
+            ].iloc[0]
+            assert row["mean"] == pytest.approx(pair.mean(), rel=1e-9)
+            assert row["std"] == pytest.approx(abs(pair[0] - pair[1]) / math.sqrt(2), rel=1e-9, abs=1e-12)
+    # The ring never reaches exact consensus in 2 rounds; the complete graph with W = J/n does at once.
+    consensus = stats[stats.metric == "consensus_distance"].set_index(["topology", "protocol.lr"])["mean"]
+    assert (consensus.loc["complete"] < 1e-10).all() and (consensus.loc["ring"] > 1e-6).all()
+
+
+def test_report_writes_tables_pictures_and_a_self_contained_page(sweep):
+    proc = run_cli("report", str(sweep), check=True)
+    out = sweep / "report"
+    assert "mean ± std over seeds" in proc.stdout and "report.html" in proc.stdout
+    stats = pd.read_csv(out / "aggregate.csv")
+    assert list(stats.columns) == ["topology", "protocol.lr", "metric", "mean", "std", "count", "failed"]
+    pictures = sorted((out / "plots").glob("*.png"))
+    assert pictures and all(p.name.endswith("_vs_protocol.lr.png") for p in pictures)
+    for picture in pictures:
+        pixels = mpimg.imread(picture)
+        height, width = pixels.shape[:2]
+        assert 350 <= height <= 700 and 600 <= width <= 900, (picture.name, pixels.shape)
+        assert pixels[..., :3].std() > 0.05  # lines, markers and text, not a blank canvas
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(pictures) and "<table" in page
+    markdown = (out / "report.md").read_text()
+    for link in re.findall(r"\]\((plots/[^)]+)\)", markdown):
+        assert (out / link).is_file()
+    assert "| ring | 0.3 | 2 |" in markdown
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    """The CLI in this process (fast): for commands that do not start Hydra jobs."""
+    from decpriv.cli import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_custom_plot_and_its_refusals(sweep, capsys):
+    code, out, _ = _main(capsys, "plot", str(sweep), "x=seed", "y=train_loss", "hue=topology,protocol.lr")
+    picture = sweep / "report" / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"
+    assert code == 0 and picture.name in out.replace("\n", "")
+    assert mpimg.imread(picture).shape[1] >= 600
+    code, _, err = _main(capsys, "plot", str(sweep), "x=seed", "y=no_such_metric")
+    assert code == 2 and "no_such_metric" in err and "Traceback" not in err
+    assert _main(capsys, "plot", str(sweep), "x=seed")[0] == 2
+    assert _main(capsys, "plot", str(sweep), "x=seed", "y=test_accuracy", "colour=red")[0] == 2
+    assert _main(capsys, "plot", str(sweep), "x=seed", "y=topology")[0] == 2  # not a number
+
+
+def test_runs_index_filters_on_config_and_status(sweep, capsys):
+    root = str(sweep.parent)
+    code, out, _ = _main(
+        capsys, "runs", "--root", root, "--format", "csv", "topology=ring", "protocol.lr=0.30"
+    )
+    table = pd.read_csv(io.StringIO(out))
+    assert code == 0 and sorted(table.run) == ["sw/1", "sw/5"]  # seed, topology, lr: the last varies fastest
+    digests = {p.parent.name: json.loads(p.read_text())["config_digest"] for p in sweep.glob("*/run.json")}
+    assert list(table.config_digest) == [digests[r.split("/")[1]] for r in table.run]
+    assert (table.headline == "train_loss").all()
+    code, out, _ = _main(capsys, "runs", "--root", root, "--format", "csv", "status=failed")
+    assert code == 0 and len(pd.read_csv(io.StringIO(out))) == 0
+    assert _main(capsys, "runs", "--root", root, "topology")[0] == 2
+
+
+def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):
+    grid = ["protocol.rounds=2", "topology.n=6", "hydra.sweep.dir=sw"]
+    run_cli("run", "-m", "seed=0,1", *grid, cwd=tmp_path, check=True)
+    before = {j: (tmp_path / "sw" / j / "run.json").read_bytes() for j in ("0", "1")}
+    grown = run_cli("run", "-m", "seed=0,1,2", *grid, "+resume=true", cwd=tmp_path, check=True)
+    assert "2 job(s) kept" in grown.stdout
+    assert all((tmp_path / "sw" / j / "run.json").read_bytes() == before[j] for j in before)
+    table = pd.read_csv(tmp_path / "sw" / "summary.csv")
+    assert list(table.seed) == [0, 1, 2] and (table.status == "completed").all()
+    assert "resume" not in table.columns
+    changed = run_cli(
+        "run", "-m", "seed=0", *grid, "protocol.lr=0.2", "+resume=true", cwd=tmp_path, check=True
+    )
+    assert "kept" not in changed.stdout  # another learning rate: another digest, so the job reruns
+    assert (tmp_path / "sw" / "0" / "run.json").read_bytes() != before["0"]
+    rerun = pd.read_csv(tmp_path / "sw" / "summary.csv")  # jobs 1, 2 of the earlier grid are not this sweep
+    assert list(rerun.job) == [0] and rerun["protocol.lr"][0] == 0.2
+    code, _, err = _main(capsys, "run", "-m", "seed=0,1", "+resume=true")
+    assert code == 2 and "hydra.sweep.dir" in err
+    assert _main(capsys, "run", "-m", "seed=0,1", "hydra.sweep.dir=sw", "+resume=maybe")[0] == 2
+
+
+def _fake_sweep(folder: Path, rows: list[dict], swept: list[str]) -> Path:
+    """A sweep folder as decpriv writes it: job folders with run.json + summary.csv, and multirun.yaml."""
+    task = "\n".join(f"    - {k}=a,b" for k in swept)
+    folder.mkdir(parents=True)
+    (folder / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task:\n{task}\n")
+    for job, row in enumerate(rows):
+        (folder / str(job)).mkdir()
+        status = row.get("status", "completed")
+        meta = {"status": status, "metrics": ["acc"]} if status == "completed" else {"status": status}
+        (folder / str(job) / "run.json").write_text(json.dumps(meta))
+        pd.DataFrame([{"status": status, **row}]).to_csv(folder / str(job) / "summary.csv", index=False)
+    return folder
+
+
+def test_aggregate_by_hand_with_a_failed_seed(tmp_path):
+    rows = [
+        {"acc": 1.0, "defense": "ldp", "seed": 0},
+        {"acc": 3.0, "defense": "ldp", "seed": 1},
+        {"acc": 10.0, "defense": "none", "seed": 0},
+        {"defense": "none", "seed": 1, "status": "failed"},
+    ]
+    found = load_sweep(_fake_sweep(tmp_path / "sw", rows, ["defense", "seed"]))
+    stats = aggregate(found).set_index("defense")
+    assert stats.loc["ldp", "mean"] == 2.0 and stats.loc["ldp", "std"] == pytest.approx(math.sqrt(2))
+    assert stats.loc["ldp", "count"] == 2 and stats.loc["ldp", "failed"] == 0
+    assert stats.loc["none", "mean"] == 10.0 and np.isnan(stats.loc["none", "std"])
+    assert stats.loc["none", "count"] == 1 and stats.loc["none", "failed"] == 1
+
+
+def test_job_line_names_the_swept_values(monkeypatch):
+    from decpriv.cli import JOBS_ENV, SWEPT_ENV, job_line
+
+    monkeypatch.setenv(JOBS_ENV, "8")
+    monkeypatch.setenv(SWEPT_ENV, "seed,topology")
+    line = job_line(2, ["seed=1", "topology=ring", "protocol.rounds=2"])
+    assert line.strip() == "job 3/8  seed=1 topology=ring"
