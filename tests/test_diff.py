@@ -1,0 +1,106 @@
+"""``decpriv diff`` on sweeps: rows aligned on the swept keys; equal, changed, added, removed, tolerance;
+tidy CSV / Markdown output for CI; metric changes highlighted in colour."""
+
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from decpriv.cli import main
+from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.show import print_diff
+
+ROWS = [
+    {"topology": "ring", "seed": 0, "acc": 0.80, "protocol.lr": 0.1},
+    {"topology": "ring", "seed": 1, "acc": 0.82, "protocol.lr": 0.1},
+    {"topology": "torus", "seed": 0, "acc": 0.90, "protocol.lr": 0.1},
+    {"topology": "torus", "seed": 1, "acc": 0.91, "protocol.lr": 0.1},
+]
+
+
+def make_sweep(folder: Path, rows: list[dict], swept: tuple[str, ...] = ("topology", "seed")) -> Path:
+    """A sweep folder as decpriv writes it: multirun.yaml, job folders with run.json, and summary.csv."""
+    folder.mkdir(parents=True)
+    task = "\n".join(f"    - {k}=x,y" for k in swept)
+    (folder / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task:\n{task}\n")
+    for job in range(len(rows)):
+        (folder / str(job)).mkdir()
+        (folder / str(job) / "run.json").write_text(json.dumps({"status": "completed", "metrics": ["acc"]}))
+    # Job numbers differ between sweeps of different grids; the diff must pair rows on the swept keys.
+    table = pd.DataFrame([{"job": j, "status": "completed", **r} for j, r in enumerate(rows)])
+    table.to_csv(folder / "summary.csv", index=False)
+    return folder
+
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_equal_sweeps_in_another_job_order(tmp_path, capsys):
+    a = make_sweep(tmp_path / "a", ROWS)
+    b = make_sweep(tmp_path / "b", ROWS[::-1])
+    code, out = cli(capsys, "diff", str(a), str(b))
+    assert code == 0 and "equal" in out
+
+
+def test_changed_metric_beyond_and_within_tolerance(tmp_path, capsys):
+    changed = [dict(r) for r in ROWS]
+    changed[2]["acc"] = 0.9009  # 0.1 % off
+    a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", changed)
+    (found,) = diff_paths(a, b)
+    assert found.keys == ["topology", "seed"]
+    assert found.changed[["topology", "seed", "column"]].values.tolist() == [["torus", "0", "acc"]]
+    assert found.changed.rel_diff[0] == abs(0.9009 - 0.9) / 0.9009
+    assert cli(capsys, "diff", str(a), str(b))[0] == 1
+    assert cli(capsys, "diff", str(a), str(b), "--rtol", "1e-2")[0] == 0
+    assert cli(capsys, "diff", str(a), str(b), "--rtol", "1e-4")[0] == 1
+    assert cli(capsys, "diff", str(a), str(b), "--atol", "1e-3")[0] == 0
+
+
+def test_added_and_removed_rows_of_a_grown_sweep(tmp_path, capsys):
+    grown = [*ROWS[1:], {"topology": "complete", "seed": 0, "acc": 0.95, "protocol.lr": 0.1}]
+    a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", grown)
+    code, out = cli(capsys, "diff", str(a), str(b), "--format", "csv")
+    rows = pd.read_csv(io.StringIO(out))
+    assert code == 1
+    assert rows[["change", "key"]].values.tolist() == [
+        ["removed", "topology=ring;seed=0"],
+        ["added", "topology=complete;seed=0"],
+    ]
+    code, out = cli(capsys, "diff", str(a), str(b))
+    assert "only in A: topology=ring, seed=0" in out and "only in B: topology=complete, seed=0" in out
+
+
+def test_config_change_outside_the_grid_shows_on_every_row(tmp_path, capsys):
+    other = [{**r, "protocol.lr": 0.2} for r in ROWS]
+    a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", other)
+    code, out = cli(capsys, "diff", str(a), str(b), "--format", "markdown")
+    lines = out.strip().splitlines()
+    assert code == 1 and lines[0] == "| table | change | key | column | a | b | rel_diff |"
+    assert len(lines) == 2 + 4 and all("| changed |" in line and "protocol.lr" in line for line in lines[2:])
+
+
+def test_metric_changes_are_coloured_and_config_changes_are_not_in_the_same_colour(tmp_path):
+    changed = [{**r, "acc": r["acc"] + 0.05} if r["seed"] == 0 else r for r in ROWS]
+    changed[1] = {**changed[1], "protocol.lr": 0.3}
+    a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", changed)
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, color_system="standard", width=200)
+    assert print_diff(a, b, 1e-9, 0.0, console) == 1
+    lines = stream.getvalue().splitlines()
+    yellow, cyan = "\x1b[1;33m", "\x1b[36m"
+    assert sum(yellow in line and "acc" in line for line in lines) == 2
+    assert sum(cyan in line and "protocol.lr" in line for line in lines) == 1
+
+
+def test_diff_rows_of_missing_tables_and_bad_paths(tmp_path, capsys):
+    a = make_sweep(tmp_path / "a", ROWS)
+    b = make_sweep(tmp_path / "b", ROWS)
+    pd.DataFrame({"round": [0], "loss": [1.0]}).to_csv(b / "history.csv", index=False)
+    rows = diff_rows(diff_paths(a, b))
+    assert rows[["table", "change"]].values.tolist() == [["history", "added"]]
+    code = main(["diff", str(a), str(tmp_path / "nowhere")])
+    assert code == 2 and "nowhere" in capsys.readouterr().err
