@@ -191,7 +191,6 @@ def test_attack_sees_only_the_view():
     private = outcome.truth["private_values"].numpy()
     assert not any(value is outcome.truth["private_values"] for value in vars(findings).values())
     known = findings.knowledge.reconstructible
-    assert (
-        known[[9, 0, 1]].all() and known.sum() == 1 + 3
-    )  # ring: the attacker, its 2 neighbours, T=3 -> one more
+    # ring of 10, attacker 0, T=3: each step reaches one node further in both directions
+    np.testing.assert_array_equal(np.flatnonzero(known), [0, 1, 2, 3, 7, 8, 9])
     np.testing.assert_allclose(findings.values[known], private[known], atol=1e-12)
