@@ -1,0 +1,239 @@
+"""The gradient-inversion engine: find inputs whose gradient matches a leaked one.
+
+One function, :func:`invert`, covers the reference designs:
+
+- DLG (Zhu et al. 2019, eq. 4): min_{x', y'} ||grad_w l(F(x', w), y') - grad_w||^2 with L-BFGS, soft dummy
+  labels optimised jointly (``labels="optimise"``).
+- iDLG (Zhao et al. 2020): the same with the label read off the last layer (``labels="infer"``).
+- Inverting gradients (Geiping et al. 2020, eq. 4): min_x 1 - cos(grad(x), grad) + alpha TV(x), x in the
+  data box, signed Adam with step decay, several restarts keeping the best.
+- Differential gradient attack (Yu 2023, sec. 5): the target is a gradient DIFFERENCE
+  grad f(w_t) - grad f(w_{t+2}); ``params`` is then (2, p) and the labels are enumerated.
+
+Every (label candidate, restart) pair is an independent problem; they are stacked into one (N, d) tensor
+of flat unknowns and optimised together: gradients come from ``vmap(grad_and_value(.))`` over the stack,
+and both optimisers keep the problems independent (:mod:`decpriv.attacks.inversion.optimisers`).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.func import grad, grad_and_value, vmap
+
+from decpriv.attacks.inversion.costs import COSTS, total_variation
+from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
+from decpriv.attacks.inversion.optimisers import adam, lbfgs
+from decpriv.errors import bad
+from decpriv.models.functional import FunctionalModel
+
+COST_NAMES = tuple(COSTS)
+OPTIMISERS = ("lbfgs", "adam")
+INITS = ("randn", "rand", "zeros")
+LABEL_MODES = ("infer", "enumerate", "optimise")
+
+
+@dataclass(frozen=True)
+class InversionConfig:
+    """How to invert. ``labels`` applies when no labels are given to :func:`invert`:
+    ``infer`` (iDLG / batch counting, single gradients only), ``enumerate`` (every label multiset,
+    at most ``max_label_candidates``) or ``optimise`` (DLG's soft labels, learnt jointly)."""
+
+    cost: str = "l2"
+    optimiser: str = "lbfgs"
+    iterations: int = 100
+    lr: float = 1.0
+    lr_decay: bool = True
+    restarts: int = 1
+    init: str = "randn"
+    tv: float = 0.0
+    box: bool = False
+    signed: bool = False
+    labels: str = "infer"
+    max_label_candidates: int = 100
+    history: int = 10
+
+    def __post_init__(self) -> None:
+        for key, value, allowed in (
+            ("cost", self.cost, COST_NAMES),
+            ("optimiser", self.optimiser, OPTIMISERS),
+            ("init", self.init, INITS),
+            ("labels", self.labels, LABEL_MODES),
+        ):
+            if value not in allowed:
+                raise bad(f"attack.{key}", value, f"unknown {key}", f"use one of {', '.join(allowed)}")
+        for key, value in (("iterations", self.iterations), ("restarts", self.restarts)):
+            if value < 1:
+                raise bad(f"attack.{key}", value, "must be at least 1", "use a positive integer")
+        if self.lr <= 0:
+            raise bad("attack.lr", self.lr, "the step size must be positive", "use e.g. 0.1")
+        if self.tv < 0:
+            raise bad("attack.tv", self.tv, "a prior weight cannot be negative", "use 0 or more")
+
+
+@dataclass(frozen=True, eq=False)
+class Inversion:
+    """The best reconstruction over restarts and label candidates.
+
+    x: (B, *input_shape); y: (B,) labels (hard; the argmax of soft labels when optimised);
+    objective: its final objective value (cost + TV); history: (T + 1,) best objective over all
+    problems at each iteration; objectives: (K, R) final objective of every label candidate and restart;
+    candidates: (K, B) the label candidates tried.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    objective: float
+    history: torch.Tensor
+    objectives: torch.Tensor
+    candidates: torch.Tensor
+
+
+def _soft_loss(
+    model: FunctionalModel, theta: torch.Tensor, x: torch.Tensor, logits: torch.Tensor
+) -> torch.Tensor:
+    per_sample = -(logits.softmax(-1) * model.forward(theta, x).log_softmax(-1)).sum(-1)
+    return per_sample.mean() if model.reduction == "mean" else per_sample.sum()
+
+
+def dummy_gradient(
+    model: FunctionalModel, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """(p,) gradient of the model's loss on (x, y) at ``params`` (p,), or the difference
+    grad(params[0]) - grad(params[1]) when ``params`` is (2, p). Float ``y`` (B, C) are soft-label logits."""
+    loss = (lambda th, xx, yy: _soft_loss(model, th, xx, yy)) if y.is_floating_point() else model.loss
+    if params.dim() == 1:
+        return grad(loss)(params, x, y)
+    return grad(loss)(params[0], x, y) - grad(loss)(params[1], x, y)
+
+
+def invert(
+    model: FunctionalModel,
+    params: torch.Tensor,
+    target: torch.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    batch_size: int = 1,
+    labels: torch.Tensor | None = None,
+    data_range: tuple[float, float] | None = None,
+    config: InversionConfig = InversionConfig(),
+    generator: torch.Generator | None = None,
+) -> Inversion:
+    """Reconstruct a batch of ``batch_size`` inputs whose gradient (or gradient difference) is ``target``.
+
+    model: the public architecture; params: (p,) the point the gradient was taken at, or (2, p) the two
+    points of a gradient difference; target: (p,) the leaked vector; labels: (B,) when known, else
+    ``config.labels`` decides; data_range: the input box (used by ``init=rand`` and ``box=True``);
+    generator: the attack's random stream (initialisation only).
+    """
+    if params.dim() not in (1, 2) or params.shape[-1] != model.p or (params.dim() == 2 and len(params) != 2):
+        raise bad(
+            "params",
+            tuple(params.shape),
+            f"expected ({model.p},) or (2, {model.p})",
+            "pass the model's flat parameters",
+        )
+    if target.shape != (model.p,):
+        raise bad("target", tuple(target.shape), f"expected ({model.p},)", "pass the leaked flat gradient")
+    if batch_size < 1:
+        raise bad("batch_size", batch_size, "must be at least 1", "use a positive integer")
+    if config.box and data_range is None:
+        raise bad("attack.box", True, "the data has no declared value range", "set box=false")
+    device, dtype = params.device, params.dtype
+    params, target = params.detach(), target.detach().to(dtype)
+    soft = labels is None and config.labels == "optimise"
+    if soft and model.loss_name != "cross_entropy":
+        raise bad(
+            "attack.labels",
+            "optimise",
+            "soft labels need a cross-entropy model",
+            "give labels or use enumerate",
+        )
+    if labels is not None:
+        candidates = labels.reshape(1, batch_size).to(device)
+    elif config.labels == "infer":
+        if params.dim() == 2:
+            raise bad(
+                "attack.labels",
+                "infer",
+                "labels cannot be read off a gradient difference (Yu 2023, Table 5.1)",
+                "use labels=enumerate or optimise",
+            )
+        candidates = infer_labels(model, target, batch_size).reshape(1, batch_size).to(device)
+    elif config.labels == "enumerate":
+        candidates = candidate_labels(num_classes, batch_size, config.max_label_candidates).to(device)
+    else:
+        candidates = torch.zeros(1, batch_size, dtype=torch.long, device=device)
+
+    k, r = len(candidates), config.restarts
+    nx = batch_size * math.prod(input_shape)
+    nz = batch_size * num_classes if soft else 0
+    low, high = data_range if data_range is not None else (-math.inf, math.inf)
+
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        if config.init == "zeros":
+            return torch.zeros(shape, dtype=dtype, device=device)
+        if config.init == "rand":
+            base = torch.rand(
+                shape, generator=generator, dtype=dtype, device=generator.device if generator else device
+            )
+            span = (low, high) if data_range is not None else (0.0, 1.0)
+            return (span[0] + (span[1] - span[0]) * base).to(device)
+        return torch.randn(
+            shape, generator=generator, dtype=dtype, device=generator.device if generator else device
+        ).to(device)
+
+    u0 = draw((k * r, nx))
+    if soft:
+        z0 = torch.randn(
+            (k * r, nz), generator=generator, dtype=dtype, device=generator.device if generator else device
+        )
+        u0 = torch.cat([u0, z0.to(device)], 1)
+    ys = candidates.repeat_interleave(r, 0)  # (N, B), problem n = candidate n // r, restart n % r
+    cost = COSTS[config.cost]
+
+    def one(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = u[:nx].reshape(batch_size, *input_shape)
+        lab = u[nx:].reshape(batch_size, num_classes) if soft else y
+        return cost(dummy_gradient(model, params, x, lab), target) + config.tv * total_variation(x)
+
+    batched = vmap(grad_and_value(one))
+
+    def objective(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g, v = batched(u, ys)
+        return g.detach(), v.detach()
+
+    def project(u: torch.Tensor) -> torch.Tensor:
+        if not config.box:
+            return u
+        return torch.cat([u[:, :nx].clamp(low, high), u[:, nx:]], 1)
+
+    best_value = torch.full((k * r,), math.inf, dtype=dtype, device=device)
+    best_u = u0.clone()
+    trace: list[float] = []
+
+    def on_step(u: torch.Tensor, value: torch.Tensor) -> None:
+        better = value < best_value
+        best_value.copy_(torch.where(better, value, best_value))
+        best_u.copy_(torch.where(better[:, None], u, best_u))
+        trace.append(float(best_value.min()))
+
+    u0 = project(u0)
+    if config.optimiser == "adam":
+        u = adam(
+            objective, u0, config.iterations, config.lr, config.lr_decay, config.signed, project, on_step
+        )
+        on_step(u, objective(u)[1])
+    else:
+        lbfgs(objective, u0, config.iterations, config.lr, config.history, project, on_step)
+    winner = int(best_value.argmin())
+    x = best_u[winner, :nx].reshape(batch_size, *input_shape)
+    y = best_u[winner, nx:].reshape(batch_size, num_classes).argmax(-1) if soft else ys[winner]
+    return Inversion(
+        x=x,
+        y=y,
+        objective=float(best_value[winner]),
+        history=torch.tensor(trace, dtype=torch.float64),
+        objectives=best_value.reshape(k, r).cpu(),
+        candidates=candidates.cpu(),
+    )
