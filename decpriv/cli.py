@@ -32,7 +32,8 @@ USAGE = """usage: decpriv COMMAND [...]
        [--format csv|markdown]
   report SWEEP|RUN         aggregated table (mean, std, count over seeds), plots, report.md/.html
   plot SWEEP x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME] [logx=true] [logy=true] [out=FILE]
-  runs [key=value ...]     index of the runs under ./runs (--root DIR, --format csv|markdown)
+  runs [key=value ...]     index of the runs under ./runs (--root DIR, --format csv|markdown);
+                           also `decpriv list runs`
 
 Examples:  decpriv run topology=torus protocol.rounds=50
            decpriv run -m topology=ring,complete seed=0,1 hydra/launcher=parallel
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return _run(rest)
+    if command == "list" and rest[:1] == ["runs"]:
+        command, rest = "runs", rest[1:]
     if command == "list":
         from decpriv.report.show import print_groups
 

@@ -121,6 +121,9 @@ def test_runs_index_filters_on_config_and_status(sweep, capsys):
     code, out, _ = _main(capsys, "runs", "--root", root, "--format", "csv", "status=failed")
     assert code == 0 and len(pd.read_csv(io.StringIO(out))) == 0
     assert _main(capsys, "runs", "--root", root, "topology")[0] == 2
+    assert _main(capsys, "runs", "--root", str(sweep / "nowhere"))[0] == 2
+    code, out, _ = _main(capsys, "list", "runs", "--root", root, "--format", "markdown", "seed=1")
+    assert code == 0 and out.count("| sw/") == 4 and out.startswith("| run | status |")
 
 
 def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):

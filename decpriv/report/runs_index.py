@@ -54,6 +54,8 @@ def _row(folder: Path, root: Path) -> dict:
 def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per run folder under ``root`` (oldest first) that matches every filter."""
     root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder; point --root at the folder holding the runs")
     rows = [_row(file.parent, root) for file in root.rglob("run.json")]
     filters = filters or {}
     kept = [
