@@ -1,0 +1,225 @@
+"""Gradient inversion by a FedSGD / FedAvg server: the centralised baseline of every decentralized attack.
+
+The server (``adversary.eavesdropper=true``, or the centre of a star) sees each client's model after
+one full-batch local step from the broadcast global model w, so the client's gradient is
+(w - w_i^{1/2}) / lr, and inverts it with :func:`decpriv.attacks.inversion.invert`:
+
+- ``dlg``: Zhu et al. 2019 (Deep Leakage from Gradients): L2 gradient matching, L-BFGS, soft dummy labels
+  optimised jointly with the input.
+- ``idlg``: Zhao et al. 2020: DLG with the label read off the last layer's gradient.
+- ``inverting_gradients``: Geiping et al. 2020: cosine matching + total variation, signed Adam with step
+  decay, box constraint to the data range, restarts keeping the best; labels inferred.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.inversion import Inversion, InversionConfig, invert, match
+from decpriv.errors import bad
+from decpriv.metrics import images
+from decpriv.protocols.fedavg import client_nodes
+from decpriv.report.findings import Report
+from decpriv.report.plots import image_grid
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+@dataclass(frozen=True, eq=False)
+class Reconstructions:
+    victims: np.ndarray
+    inversions: list[Inversion]
+
+
+def _unit(batches: list[torch.Tensor], low: float, high: float) -> np.ndarray:
+    return ((torch.cat(batches) - low) / (high - low)).numpy()
+
+
+class GradientInversion(Attack):
+    """Invert the first-round gradient of ``victims`` clients (the lowest-indexed ones) on the server."""
+
+    name = "gradient_inversion"
+
+    def __init__(
+        self,
+        victims: int = 1,
+        batch_size: int | None = None,
+        cost: str = "l2",
+        optimiser: str = "lbfgs",
+        iterations: int = 100,
+        lr: float = 1.0,
+        lr_decay: bool = True,
+        restarts: int = 1,
+        init: str = "randn",
+        tv: float = 0.0,
+        box: bool = False,
+        signed: bool = False,
+        labels: str = "infer",
+        max_label_candidates: int = 100,
+    ):
+        if victims < 1:
+            raise bad("attack.victims", victims, "at least one client must be attacked", "use 1 or more")
+        if batch_size is not None and batch_size < 1:
+            raise bad(
+                "attack.batch_size", batch_size, "must be positive or null", "use the clients' set size"
+            )
+        self.victims, self.batch_size = victims, batch_size
+        self.config = InversionConfig(
+            cost=cost,
+            optimiser=optimiser,
+            iterations=iterations,
+            lr=lr,
+            lr_decay=lr_decay,
+            restarts=restarts,
+            init=init,
+            tv=tv,
+            box=box,
+            signed=signed,
+            labels=labels,
+            max_label_candidates=max_label_candidates,
+        )
+
+    def check(self, setup: Setup) -> None:
+        protocol = setup.protocol
+        if protocol.name not in ("fedsgd", "fedavg"):
+            raise bad(
+                "protocol",
+                protocol.name,
+                "this attack reads a FedSGD/FedAvg server's view",
+                "use protocol=fedsgd",
+            )
+        if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
+            raise bad(
+                "protocol",
+                "fedavg",
+                "a client update is a single gradient only with one full-batch local step",
+                "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
+            )
+        if getattr(protocol, "local_epochs", None) is not None:
+            raise bad(
+                "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
+            )
+        if not setup.adversary.eavesdropper:
+            raise bad(
+                "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
+            )
+        if setup.dataset.task != "classification" or setup.model.loss_name != "cross_entropy":
+            raise bad(
+                "model",
+                setup.model.loss_name,
+                "inversion here targets classifiers",
+                "use model=mlp or softmax",
+            )
+        clients = client_nodes(setup.network)
+        if self.victims > len(clients):
+            raise bad(
+                "attack.victims",
+                self.victims,
+                f"only {len(clients)} clients exist",
+                f"use at most {len(clients)}",
+            )
+        if self.batch_size is None:
+            per_node = setup.cfg.get("partition", {}).get("per_node")
+            if per_node is None:
+                raise bad(
+                    "attack.batch_size",
+                    None,
+                    "the clients' batch size is not declared",
+                    "set partition.per_node or attack.batch_size",
+                )
+            self.batch_size = int(per_node)
+        if self.config.box and setup.dataset.data_range is None:
+            raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
+        self.seed = setup.seeds.seed(f"attack.{self.name}")
+
+    def run(self, view: View) -> Reconstructions:
+        victims = client_nodes(view.network)[: self.victims]
+        initial = view.public["initial_model"].detach().cpu()
+        first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
+        lr = float(view.hyper["lr"])
+        spec = view.data_spec
+        generator = torch.Generator().manual_seed(self.seed)
+        inversions = []
+        for v in victims:  # one optimisation per victim; restarts and label candidates are batched inside
+            sent = view.transcript.sent_by(int(v))[first].to(initial.dtype)
+            gradient = (initial - sent) / lr
+            inversions.append(
+                invert(
+                    view.model,
+                    initial,
+                    gradient,
+                    spec.input_shape,
+                    spec.num_classes,
+                    self.batch_size,
+                    None,
+                    spec.data_range,
+                    self.config,
+                    generator,
+                )
+            )
+        return Reconstructions(victims, inversions)
+
+    def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Report:
+        data_range = view.data_spec.data_range or (0.0, 1.0)
+        rows, true_rows, rec_rows = [], [], []
+        for v, inv in zip(findings.victims, findings.inversions, strict=True):
+            keep = truth.local.mask[v].bool()
+            x, y = truth.local.x[v][keep], truth.local.y[v][keep]
+            perm = match(inv.x, x)
+            xr, yr = inv.x[perm].cpu(), inv.y[perm].cpu()
+            m, p, s = (
+                images.mse(xr, x, data_range),
+                images.psnr(xr, x, data_range),
+                images.ssim(xr, x, data_range),
+            )
+            for i in range(len(x)):
+                rows.append(
+                    {
+                        "victim": int(v),
+                        "example": i,
+                        "true_label": int(y[i]),
+                        "label": int(yr[i]),
+                        "label_correct": bool(yr[i] == y[i]),
+                        "mse": float(m[i]),
+                        "psnr": float(p[i]),
+                        "ssim": float(s[i]),
+                        "objective": inv.objective,
+                    }
+                )
+            true_rows.append(x)
+            rec_rows.append(xr.clamp(*data_range))
+        table = pd.DataFrame(rows)
+        low, high = data_range
+        figure = image_grid(
+            [("true", _unit(true_rows, low, high)), ("reconstructed", _unit(rec_rows, low, high))],
+            captions=[f"{r.psnr:.1f} dB" for r in table.itertuples()],
+            title=f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}",
+        )
+        # a perfect reconstruction has infinite PSNR; cap it so the mean stays a number
+        finite = table["psnr"].clip(upper=100.0)
+        summary = {
+            "attack_psnr": float(finite.mean()),
+            "attack_ssim": float(table["ssim"].mean()),
+            "attack_mse": float(table["mse"].mean()),
+            "attack_label_accuracy": float(table["label_correct"].mean()),
+            "attack_objective": float(np.mean([inv.objective for inv in findings.inversions])),
+        }
+        return Report(
+            tables={"attack": table}, summary=summary, figures={f"reconstructions/{self.name}.png": figure}
+        )
+
+
+class DLG(GradientInversion):
+    name = "dlg"
+
+
+class IDLG(GradientInversion):
+    name = "idlg"
+
+
+class InvertingGradients(GradientInversion):
+    name = "inverting_gradients"
