@@ -81,7 +81,12 @@ def loss_vs_distance(F: np.ndarray, distance: np.ndarray) -> pd.DataFrame:
 
 
 def distance_figure(
-    F: np.ndarray, distance: np.ndarray, profile: pd.DataFrame, level: float, title: str
+    F: np.ndarray,
+    distance: np.ndarray,
+    profile: pd.DataFrame,
+    level: float,
+    title: str,
+    level_label: str = "local-DP level (neighbours)",
 ) -> Figure:
     """Privacy loss f(u, v) against hop distance (Muffliato Fig. 2 style): pairs, their mean, the LDP level."""
     off = ~np.eye(len(F), dtype=bool)
@@ -92,7 +97,7 @@ def distance_figure(
     jitter = rng.uniform(-0.15, 0.15, size=len(keep))
     ax.scatter(d[keep] + jitter, np.maximum(f[keep], 1e-12), s=3, alpha=0.25, label="pairs (u, v)")
     ax.plot(profile.distance, profile["mean"], "o-", color="C3", label="mean over pairs")
-    ax.axhline(level, color="grey", ls=":", label="local-DP level (neighbours)")
+    ax.axhline(level, color="grey", ls=":", label=level_label)
     ax.set_yscale("log")
     ax.set_ylim(max(1e-8, float(profile["min"].clip(lower=1e-12).min()) / 2), level * 2)
     ax.set_xlabel("shortest-path distance between u and v")

@@ -1,0 +1,126 @@
+"""Pairwise network DP of private random-walk SGD (Cyffers, Bellet, Basu 2024, Theorem; specs 8).
+
+For T walk steps with Gaussian noise of multiplier s relative to the sensitivity (here s = sigma / 2:
+user-level clipping to C moves a gradient by up to 2C) and s^2 >= 2 alpha (alpha - 1), the loss of u
+seen from v is
+
+    eps_{u->v}(alpha) <= alpha T ln T / (s^2 n^2) + (alpha T / (s^2 n)) [-ln(I - W + 11^T/n)]_{uv},
+
+the theorem's O() read with constant 1. The matrix logarithm, -ln(I - W + J/n) = sum_{k>=1} (W^k - J/n)/k,
+comes from the eigendecomposition of the symmetric W (log(1 - lambda) on the non-trivial eigenvalues).
+Far pairs can make the second term negative; losses are floored at 0.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy.sparse.csgraph import shortest_path
+
+from decpriv.defenses.dp import LocalDP
+from decpriv.errors import bad
+from decpriv.privacy.base import Accountant
+from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
+from decpriv.privacy.rdp import check_delta
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+
+MAX_PAIR_ROWS = 300
+
+
+def walk_log_matrix(W: np.ndarray) -> np.ndarray:
+    """-ln(I - W + 11^T/n) for a symmetric stochastic W (eigendecomposition)."""
+    values, vectors = np.linalg.eigh(W)
+    top = np.argmax(values)
+    logs = -np.log(np.clip(1.0 - values, 1e-300, None))
+    logs[top] = 0.0  # the eigenvalue 1 of W becomes 1 - 1 + 1 = 1 in I - W + J/n
+    return (vectors * logs) @ vectors.T
+
+
+def random_walk_loss(W: np.ndarray, steps: int, multiplier: float, alpha: float) -> np.ndarray:
+    """(n, n) bound F[u, v] on eps_{u->v}(alpha) (diagonal zero)."""
+    n = len(W)
+    scale = alpha * steps / multiplier**2
+    F = scale * math.log(steps) / n**2 + (scale / n) * walk_log_matrix(W)
+    F = np.maximum(F, 0.0)
+    np.fill_diagonal(F, 0.0)
+    return F
+
+
+class RandomWalkAccountant(Accountant):
+    """Per-pair loss of ``protocol=random_walk defense=ldp`` at Renyi order ``alpha``."""
+
+    name = "random_walk"
+
+    def __init__(self, alpha: float = 2.0, delta: float = 1e-5):
+        if alpha <= 1:
+            raise bad("accountant.alpha", alpha, "Renyi orders exceed 1", "use e.g. accountant.alpha=2")
+        check_delta(delta)
+        self.alpha, self.delta = alpha, delta
+
+    def check(self, setup: Setup) -> None:
+        if setup.protocol.name != "random_walk" or not isinstance(setup.defense, LocalDP):
+            raise bad(
+                "accountant",
+                self.name,
+                f"the random-walk bound covers protocol=random_walk with defense=ldp, not "
+                f"protocol={setup.protocol.name} with defense={setup.defense.name}",
+                "use protocol=random_walk defense=ldp",
+            )
+        if setup.defense.epsilon is not None:
+            raise bad(
+                "defense.epsilon",
+                setup.defense.epsilon,
+                "the pairwise bound has no single target",
+                "set defense.sigma",
+            )
+        if abs(setup.network.W - setup.network.W.T).max() > 1e-12:
+            raise bad(
+                "gossip_matrix",
+                "non-symmetric",
+                "the matrix-logarithm bound needs a symmetric W",
+                "use gossip_matrix=metropolis_hastings",
+            )
+        multiplier = setup.defense.sigma / 2.0
+        if multiplier**2 < 2 * self.alpha * (self.alpha - 1):
+            raise bad(
+                "defense.sigma",
+                setup.defense.sigma,
+                f"the theorem needs (sigma/2)^2 >= 2 alpha (alpha - 1) = {2 * self.alpha * (self.alpha - 1):g}",
+                f"use defense.sigma >= {2 * math.sqrt(2 * self.alpha * (self.alpha - 1)):.3g} or a smaller accountant.alpha",
+            )
+
+    def account(self, setup: Setup) -> Report:
+        network, n = setup.network, setup.network.n
+        F = random_walk_loss(
+            network.W.toarray(), setup.protocol.rounds, setup.defense.sigma / 2.0, self.alpha
+        )
+        distance = shortest_path(network.adjacency, unweighted=True, directed=False)
+        convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)
+        mean_loss = F.sum(axis=0) / n
+        if n <= MAX_PAIR_ROWS:
+            u, v = np.nonzero(~np.eye(n, dtype=bool))
+            table = pd.DataFrame(
+                {"source": u, "observer": v, "epsilon_rdp": F[u, v], "distance": distance[u, v].astype(int)}
+            )
+        else:
+            table = pd.DataFrame({"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss})
+        table = table.assign(
+            epsilon=table.epsilon_rdp + convert, alpha=self.alpha, delta=self.delta, threat="pairwise_network"
+        )
+        profile = loss_vs_distance(F, distance)
+        summary = {
+            "epsilon": float(F.max() + convert),
+            "epsilon_rdp_max": float(F.max()),
+            "epsilon_mean_max": float(mean_loss.max()),
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "privacy_accountant": self.name,
+        }
+        title = f"Private random walk: n={n}, T={setup.protocol.rounds}"
+        figure = distance_figure(F, distance, profile, float(F.max()), title, "largest pair loss")
+        return Report(
+            tables={"privacy": table, "privacy_distance": profile},
+            summary=summary,
+            figures={"plots/privacy_vs_distance.png": figure},
+        )

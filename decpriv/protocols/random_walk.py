@@ -1,0 +1,104 @@
+"""Private random-walk SGD (Cyffers, Bellet, Basu 2024; specs 8): one model (the token) walks along W.
+
+    theta^{t+1} = theta^t - lr * g_{v_t}(theta^t),   v_{t+1} ~ W[v_t, :]
+
+g is the defense's gradient at the current holder v_t on a fresh local batch (``defense=ldp``: clipped,
+plus N(0, sigma^2 C^2 I), the private walk). One node works per step, so the loop is over walk steps,
+never over nodes. The walk starts at a node drawn uniformly from the ``protocol.walk`` stream. The token
+passes between neighbours only; no transcript is recorded (attacks read gossip/D-SGD transcripts).
+History rows score the token model, held by every node for the metrics.
+"""
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.data.datasets import Dataset
+from decpriv.errors import bad
+from decpriv.graphs.network import Network
+from decpriv.metrics.training import Evaluator, summarise
+from decpriv.models.functional import FunctionalModel
+from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.dsgd import check_batch_size
+
+
+class RandomWalkSGD(Protocol):
+    name = "random_walk"
+
+    def __init__(
+        self,
+        rounds: int = 1000,
+        lr: float = 0.1,
+        batch_size: int | None = 16,
+        eval_every: int | None = None,
+        average_last: int | None = None,
+        dtype: str = "float32",
+    ):
+        if rounds < 1:
+            raise bad(
+                "protocol.rounds", rounds, "the walk needs at least one step", "set protocol.rounds >= 1"
+            )
+        if lr <= 0:
+            raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
+        if batch_size is not None and batch_size < 1:
+            raise bad(
+                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
+            )
+        if average_last is not None and not 1 <= average_last <= rounds:
+            raise bad("protocol.average_last", average_last, f"must lie in 1..{rounds}", "or null")
+        if dtype not in ("float32", "float64"):
+            raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
+        self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
+        self.eval_every, self.average_last, self.dtype = eval_every, average_last, dtype
+        self.local_steps = 1
+
+    def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
+        check_batch_size(self.batch_size, network, dataset)
+
+    def walk(self, network: Network, generator: np.random.Generator) -> np.ndarray:
+        """Holders v_0..v_{T-1}: v_0 uniform, then v_{t+1} ~ W[v_t, :] (inverse-CDF on the CSR row)."""
+        W = network.W
+        path = np.empty(self.rounds, dtype=np.int64)
+        path[0] = generator.integers(network.n)
+        draws = generator.random(self.rounds)
+        for t in range(1, self.rounds):
+            row = slice(W.indptr[path[t - 1]], W.indptr[path[t - 1] + 1])
+            cdf = np.cumsum(W.data[row])
+            path[t] = W.indices[row][
+                min(np.searchsorted(cdf, draws[t] * cdf[-1], side="right"), len(cdf) - 1)
+            ]
+        return path
+
+    def run(self, sim: Simulation) -> Outcome:
+        sim.local.require_batch(self.batch_size)
+        dtype = getattr(torch, self.dtype)
+        model, local = sim.model, sim.local.astype(dtype)
+        theta = model.init(1, sim.seeds.seed("init"), True).to(sim.device, dtype)
+        path = self.walk(sim.network, sim.seeds.numpy("protocol.walk"))
+        batches = sim.seeds.torch("batches", sim.device)
+        noise = sim.seeds.torch("defense.noise", sim.device)
+        evaluate = Evaluator(model, sim.dataset, local, sim.device)
+        evals = eval_rounds(self.rounds, self.eval_every)
+        evals |= set(range(self.rounds - (self.average_last or 1) + 1, self.rounds + 1))
+        rows = []
+        for t in sim.progress(self.rounds + 1, self.name):
+            if t in evals:
+                rows.append({"round": t, **evaluate(theta.expand(local.n, -1))})
+            if t == self.rounds:
+                break
+            v = int(path[t])
+            x, y, mask = local.x[v], local.y[v], local.mask[v]
+            if self.batch_size is None:
+                weight = mask.to(dtype)
+            else:
+                keys = torch.rand(mask.shape, generator=batches, device=batches.device).to(mask.device)
+                pick = keys.masked_fill(~mask, -1.0).topk(self.batch_size).indices
+                x, y, weight = x[pick], y[pick], torch.ones(self.batch_size, device=x.device, dtype=dtype)
+            g = sim.defense.gradients(model, theta, x[None], y[None], weight[None], t, noise)
+            theta = theta - self.lr * g
+        history = pd.DataFrame(rows)
+        summary = summarise(history, self.rounds, self.average_last)
+        visits = np.bincount(path, minlength=sim.network.n)
+        summary["walk_nodes_visited"] = int((visits > 0).sum())
+        final = theta.expand(local.n, -1).clone()
+        return Outcome(history, final, summary, truth={"walk": path})
