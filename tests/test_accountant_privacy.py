@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.privacy.network_dp import gossip_operators, pairwise_loss
+from decpriv.privacy.random_walk import random_walk_loss, walk_log_matrix
 from decpriv.privacy.rdp import calibrate_noise_multiplier, gaussian_epsilon
 from decpriv.privacy.secldp import (
     algebraic_connectivity,
@@ -155,3 +156,25 @@ def test_accelerated_operators_follow_chebyshev_recursion():
     for M in ops:
         np.testing.assert_allclose(M.sum(1), 1.0, atol=1e-12)
     assert not np.allclose(ops[3], np.linalg.matrix_power(W, 3))
+
+
+def test_random_walk_log_matrix_equals_series_and_loss_decreases_with_distance():
+    net = Network.build(nx.cycle_graph(9), metropolis_hastings)
+    W = net.W.toarray()
+    series = sum((np.linalg.matrix_power(W, k) - 1 / 9) / k for k in range(1, 3000))
+    np.testing.assert_allclose(walk_log_matrix(W), series, atol=1e-8)
+    F = random_walk_loss(W, 1000, 4.0, 2.0)
+    assert np.all(np.diff([F[0, d] for d in range(1, 5)]) < 0)
+    assert F[0, 1] == pytest.approx(2 * 1000 / 16 * (math.log(1000) / 81 + series[0, 1] / 9), rel=1e-8)
+
+
+def test_random_walk_follows_w_and_visits_nodes_uniformly():
+    from decpriv.protocols.random_walk import RandomWalkSGD
+
+    net = Network.build(nx.cycle_graph(10), metropolis_hastings)
+    path = RandomWalkSGD(rounds=20000).walk(net, np.random.default_rng(0))
+    steps = net.W.toarray()[path[:-1], path[1:]]
+    assert np.all(steps > 0)  # every move is along an edge of W (or a stay, W_vv > 0)
+    stays = np.mean(path[1:] == path[:-1])
+    assert stays == pytest.approx(1 / 3, abs=0.02)  # Metropolis-Hastings on the ring: W_vv = 1/3
+    np.testing.assert_allclose(np.bincount(path, minlength=10) / len(path), 0.1, atol=0.02)

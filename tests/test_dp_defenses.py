@@ -191,6 +191,11 @@ def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
         ),
         (("defense=muffliato",), "accountant='network_dp'"),
         (("defense=muffliato", "protocol=gossip", "accountant=rdp"), "accountant='rdp'"),
+        (
+            ("protocol=random_walk", "defense=ldp", "defense.sigma=1", "accountant=random_walk"),
+            "defense.sigma=1",
+        ),
+        (("protocol=dsgd", "defense=ldp", "accountant=random_walk"), "accountant='random_walk'"),
     ],
 )
 def test_bad_input_refused_before_running(args, needle):
