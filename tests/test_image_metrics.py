@@ -1,0 +1,46 @@
+"""Image metrics on synthetic pairs with hand-computed values."""
+
+import math
+
+import torch
+
+from decpriv.metrics import images
+
+
+def test_identical_images_are_perfect():
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(images.mse(x, x, (0.0, 1.0)), torch.zeros(3, dtype=torch.float64))
+    assert torch.isinf(images.psnr(x, x, (0.0, 1.0))).all()
+    assert torch.allclose(images.ssim(x, x, (0.0, 1.0)), torch.ones(3, dtype=torch.float64))
+
+
+def test_constant_offset_psnr_by_hand():
+    # MSE = 0.1^2 = 0.01 on range 1 -> 20 dB; on range [0, 2] -> 10 log10(4 / 0.01) = 26.02 dB
+    true = torch.full((2, 1, 8, 8), 0.5)
+    rec = true + 0.1
+    assert torch.allclose(images.mse(rec, true, (0.0, 1.0)), torch.full((2,), 0.01, dtype=torch.float64))
+    assert torch.allclose(images.psnr(rec, true, (0.0, 1.0)), torch.full((2,), 20.0, dtype=torch.float64))
+    assert torch.allclose(
+        images.psnr(rec, true, (0.0, 2.0)), torch.full((2,), 10 * math.log10(400.0), dtype=torch.float64)
+    )
+
+
+def test_reconstructions_are_clipped_to_the_range():
+    true = torch.ones(1, 1, 8, 8)
+    assert images.mse(true + 5.0, true, (0.0, 1.0)).item() == 0.0
+
+
+def test_ssim_drops_with_noise_and_psnr_orders_with_it():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(4, 1, 8, 8, generator=gen)
+    noise = torch.randn(4, 1, 8, 8, generator=gen)
+    small, large = x + 0.05 * noise, x + 0.3 * noise
+    s_small, s_large = images.ssim(small, x, (0.0, 1.0)), images.ssim(large, x, (0.0, 1.0))
+    assert (s_small < 1).all() and (s_large < s_small).all()
+    assert (images.psnr(large, x, (0.0, 1.0)) < images.psnr(small, x, (0.0, 1.0))).all()
+
+
+def test_relative_l2_by_hand():
+    true = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    rec = torch.tensor([[3.0, 4.5], [0.0, 0.0]])
+    assert torch.allclose(images.relative_l2(rec, true), torch.tensor([0.1, 1.0], dtype=torch.float64))
