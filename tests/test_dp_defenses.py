@@ -209,3 +209,22 @@ def test_cli_decor_without_private_noise_exits_2_with_reason(cli):
     proc = cli("run", *LSQ, "protocol.rounds=5", *args, "hydra.run.dir=x")
     assert proc.returncode == 2, proc.stderr
     assert "defense.sigma_cdp=0" in proc.stderr and "exact sum" in proc.stderr
+
+
+@pytest.mark.slow
+def test_decor_least_squares_preset_reproduces_paper_ordering(tmp_path):
+    """DECOR Fig. 3a at two budgets, one seed: CDP <= DECOR complete < DECOR torus < DECOR ring << LDP."""
+    for eps in (5, 10):
+        gaps = {}
+        for defense, topology in [("cdp", "complete"), ("ldp", "ring")] + [
+            ("decor", t) for t in ("complete", "torus", "ring")
+        ]:
+            overrides = ["experiment=decor_least_squares", f"defense={defense}", f"topology={topology}"]
+            result = run(
+                [*overrides, f"defense.epsilon={eps}", "seed=1"], tmp_path / f"{defense}_{topology}_{eps}"
+            )
+            assert result.summary["epsilon"] == pytest.approx(eps, rel=1e-6)
+            gaps[defense, topology] = result.summary["optimality_gap"]
+        assert gaps["cdp", "complete"] < gaps["decor", "complete"] < 3 * gaps["cdp", "complete"]
+        assert gaps["decor", "complete"] < gaps["decor", "torus"] < gaps["decor", "ring"]
+        assert gaps["decor", "ring"] < gaps["ldp", "ring"] / 5

@@ -30,6 +30,14 @@ SIGMA_RANGE = (1e-2, 1e4)
 ORDERS = [*np.linspace(2.0, 10.0, 33), *range(11, 64), 80, 128, 256, 512, 1024]
 
 
+def gradient_steps(setup: Setup) -> int:
+    """Noisy gradient steps a node takes over the run: rounds x local steps (FedAvg's local epochs too)."""
+    protocol = setup.protocol
+    if hasattr(protocol, "steps_per_round"):
+        return protocol.rounds * protocol.steps_per_round(setup.local)
+    return protocol.rounds * getattr(protocol, "local_steps", 1)
+
+
 def check_delta(delta: float) -> None:
     if not 0 < delta < 1:
         raise bad(
@@ -85,7 +93,7 @@ class RenyiAccountant(Accountant):
     def mechanism(self, setup: Setup) -> tuple[int, np.ndarray, float]:
         """(steps, per-node sampling rate, multiplier scale) of the configured run."""
         protocol = setup.protocol
-        steps = protocol.rounds * getattr(protocol, "local_steps", 1)
+        steps = gradient_steps(setup)
         sizes = setup.local.mask.sum(1).numpy()
         if isinstance(setup.defense, DPSGD) and protocol.batch_size is not None:
             rates = np.minimum(1.0, protocol.batch_size / sizes)

@@ -22,7 +22,7 @@ from decpriv.defenses.decor import Decor  # noqa: E402
 from decpriv.defenses.dp import CentralDP, LocalDP  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
-from decpriv.privacy.rdp import check_delta  # noqa: E402
+from decpriv.privacy.rdp import check_delta, gradient_steps  # noqa: E402
 from decpriv.privacy.secldp import (  # noqa: E402
     algebraic_connectivity,
     calibrate_sigma_cor,
@@ -97,7 +97,7 @@ class SecLDPAccountant(Accountant):
         self._target: float | None = None
 
     def steps(self, setup: Setup) -> int:
-        return setup.protocol.rounds * getattr(setup.protocol, "local_steps", 1)
+        return gradient_steps(setup)
 
     def check(self, setup: Setup) -> None:
         defense, n = setup.defense, setup.network.n
