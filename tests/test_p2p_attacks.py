@@ -182,3 +182,20 @@ def test_mia_quick_views(cli, tmp_path):
     assert set(table.view) == {"received", "auto"} and set(table.victim) == {1, 11}
     assert set(table["round"]) == {0, 4, 7}
     assert table.advantage.between(0, 0.5).all() and table.auc.between(0, 1).all()
+
+
+def test_recovered_gradient_inverts_to_a_training_image(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=karate",
+        *DPSGD,
+        "attack=gradient_recovery",
+        "attack.invert=2",
+        "adversary.nodes=[0,33]",
+        "protocol.rounds=1",
+        "protocol.batch_size=1",
+    )
+    table = pd.read_csv(out / "gradient_inversion.csv")
+    assert len(table) == 2 and (table.nearest_mse < 1e-6).all()
+    assert (out / "reconstructions" / "gradient_recovery.png").exists()

@@ -147,7 +147,7 @@ def score_targets(
     acc(X) - acc(O) on the union X of the training sets and the test set O (Sec. 3)."""
     local, data = truth.local, truth.dataset
     fn = SCORES[score]
-    victims = torch.as_tensor(targets.table.victim.to_numpy())
+    victims = torch.as_tensor(targets.table.victim.to_numpy().copy())
     x_all = local.x[local.mask]
     y_all = local.y[local.mask]
     out = []
