@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from torch.func import vmap
 
 from decpriv.adversary.view import View
@@ -28,7 +29,7 @@ from decpriv.attacks.p2p.scores import SCORES, best_threshold_advantage, roc_met
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Report
-from decpriv.report.plots import metric_plot
+from decpriv.report.plots import plt
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 
@@ -181,17 +182,32 @@ def mia_report(table: pd.DataFrame, prefix: str = "mia") -> Report:
         summary[f"{prefix}_{name}_max_advantage"] = float(
             table[table.view == name].groupby("round").advantage.mean().max()
         )
-    per_round = table.groupby(["view", "round"], as_index=False)[["advantage", "generalisation_error"]].mean()
-    fig = metric_plot(
-        per_round,
-        x="generalisation_error",
-        y="advantage",
-        hue="view",
-        title="membership inference advantage vs generalisation error (mean over victims)",
+    figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(table)}
+    return Report(tables={prefix: table}, summary=summary, figures=figures)
+
+
+def mia_figure(table: pd.DataFrame) -> Figure:
+    """Advantage over rounds, and against the generalisation error of the network's state that round
+    (the mean over victims of the received or global model's acc(X) - acc(O), the paper's x axis)."""
+    per_round = table.groupby(["view", "round"], as_index=False).advantage.mean()
+    state = table[table.view.isin(["received", "fl_global"])].groupby("round").generalisation_error.mean()
+    per_round["generalisation_error"] = per_round["round"].map(state)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, part in per_round.groupby("view"):
+        left.plot(part["round"], part.advantage, marker="o", ms=3, label=name)
+        right.scatter(part.generalisation_error, part.advantage, s=14, label=name)
+    left.set(xlabel="round", ylabel="MIA advantage (best-threshold accuracy - 0.5)", title="over rounds")
+    right.set(
+        xlabel="generalisation error of the received models",
+        ylabel="MIA advantage",
+        title="vs generalisation error",
     )
-    return Report(
-        tables={prefix: table}, summary=summary, figures={f"plots/{prefix}_vs_generalisation.png": fig}
-    )
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("membership inference, mean over victims")
+    fig.tight_layout()
+    return fig
 
 
 class MembershipInference(Attack):
