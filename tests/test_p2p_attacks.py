@@ -199,3 +199,27 @@ def test_recovered_gradient_inverts_to_a_training_image(cli, tmp_path):
     table = pd.read_csv(out / "gradient_inversion.csv")
     assert len(table) == 2 and (table.nearest_mse < 1e-6).all()
     assert (out / "reconstructions" / "gradient_recovery.png").exists()
+
+
+@pytest.mark.slow
+def test_self_centred_clipping_amplifies_membership_leakage(cli, tmp_path):
+    common = (
+        "topology=torus",
+        "topology.n=36",
+        *DPSGD,
+        "attack=mia",
+        "attack.every=25",
+        "adversary.nodes=[0]",
+    )
+    _, plain = run(cli, tmp_path, *common, "protocol.rounds=50")
+    proc = cli(
+        "run",
+        "hydra.run.dir=scc",
+        *common,
+        "protocol.rounds=50",
+        "defense=self_centred_clipping",
+        "defense.tau=0.1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    clipped = pd.read_csv(tmp_path / "scc" / "summary.csv").iloc[0]
+    assert clipped.mia_received_advantage > plain.mia_received_advantage + 0.03
