@@ -1,8 +1,14 @@
 """Pasquini et al. (2023) attacks end to end through the CLI: exact recovery, discovery, override, echo,
 membership inference in DL and FL, and the refusals of bad input."""
 
+import re
+
 import pandas as pd
 import pytest
+
+from decpriv.api import compose_config
+from decpriv.errors import ConfigError
+from decpriv.experiment import build
 
 DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
 
@@ -159,10 +165,22 @@ def test_mia_dl_views_and_fl_views(cli, tmp_path):
         (("topology=torus", "attack=mia", "protocol=fedavg", "adversary.nodes=[0]"), "eavesdropper"),
     ],
 )
-def test_bad_input_exit_2(cli, args, words):
-    proc = cli("run", "hydra.run.dir=out", "gossip_matrix=uniform", "model=mlp", *args)
-    assert proc.returncode == 2, proc.stderr
-    assert words in proc.stderr
+def test_bad_input_refused_before_running(args, words):
+    cfg, _ = compose_config(["gossip_matrix=uniform", "model=mlp", *args])
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        build(cfg)
+
+
+def test_bad_input_exit_2_from_the_cli(cli):
+    proc = cli(
+        "run",
+        "hydra.run.dir=out",
+        "topology=torus",
+        "attack=state_override",
+        "adversary.nodes=[0]",
+        "attack.victim=1",
+    )
+    assert proc.returncode == 2 and "attack.victim=1" in proc.stderr
 
 
 def test_mia_quick_views(cli, tmp_path):
