@@ -241,3 +241,21 @@ def test_self_centred_clipping_amplifies_membership_leakage(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     clipped = pd.read_csv(tmp_path / "scc" / "summary.csv").iloc[0]
     assert clipped.mia_received_advantage > plain.mia_received_advantage + 0.03
+
+
+def test_active_inversion_reads_the_batch_exactly(cli, tmp_path):
+    out, s = run(
+        cli,
+        tmp_path,
+        "topology=karate",
+        *DPSGD,
+        "attack=active_inversion",
+        "adversary.nodes=[0,33]",
+        "protocol.rounds=2",
+        "protocol.batch_size=8",
+        "protocol.dtype=float64",
+    )
+    table = pd.read_csv(out / "active_inversion.csv")
+    assert s.active_inversion_victims == 24 and len(table) == 24
+    assert (table.distinct_samples_recovered <= 8).all() and s.active_inversion_mean_samples_recovered >= 6
+    assert (out / "reconstructions" / "active_inversion.png").exists()

@@ -1,0 +1,215 @@
+"""Active gradient inversion through state override (Pasquini et al. 2023, Sec. 5.2.1, Fig. 9).
+
+At round t0 a rushing attacker overrides victim v's aggregate with malicious parameters built after
+Boenisch et al. (2023, "trap weights"): the first linear layer is redrawn so that each hidden unit fires
+for about one sample in ``2 * batch`` (its bias calibrated on the attacker's OWN data). At t0 + 1 the
+victim's update theta_v^{t0+3/2} = theta_tilde - lr * g leaks g = (theta_tilde - theta_v^{t0+3/2}) / lr
+at parameters the attacker chose; a unit j hit by a single sample i has gradient rows
+dW_j = delta_ij x_i and db_j = delta_ij, so x_i = dW_j / db_j exactly (analytic extraction, no
+optimisation).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.behaviour import Forgery
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
+from decpriv.attacks.p2p.state_override import Override, coverable
+from decpriv.errors import bad
+from decpriv.report.findings import Report
+from decpriv.report.plots import image_grid
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+
+def trap_weights(
+    own: torch.Tensor, shape: tuple[int, int], batch: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h, d) Gaussian rows and (h,) biases putting each unit's firing rate on ``own`` data (m, d) at
+    1 / (2 batch), so that in a batch of ``batch`` most firing units see a single sample."""
+    h, d = shape
+    W = torch.randn(h, d, generator=generator, dtype=own.dtype)
+    pre = own @ W.T  # (m, h)
+    b = -torch.quantile(pre, 1 - 1 / (2 * batch), dim=0)
+    return W, b
+
+
+class TrapOverride(Override):
+    """State override at round ``start`` only, with the attacker's model carrying trap first-layer weights."""
+
+    def __init__(self, trap: tuple[torch.Tensor, torch.Tensor], **kw):
+        super().__init__(**kw)
+        self.trap = trap
+
+    def aim(self, own: torch.Tensor) -> torch.Tensor:
+        W, b = self.trap
+        aim = super().aim(own).clone()
+        aim[:, : W.numel()] = W.reshape(-1).to(aim.dtype)
+        aim[:, W.numel() : W.numel() + b.numel()] = b.to(aim.dtype)
+        return aim
+
+    def forge(
+        self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor
+    ) -> Forgery | None:
+        if round_ != self.start:
+            return None
+        return super().forge(round_, senders, observed, own)
+
+
+@dataclass(eq=False)
+class Extracted:
+    victims: np.ndarray
+    images: list[torch.Tensor]  # per victim, (k, *input) one image per singly-hit unit
+
+
+class ActiveInversion(Attack):
+    """Override each coverable neighbour with trap weights, then read its inputs off its next update."""
+
+    name = "active_inversion"
+
+    def __init__(self, round: int | None = None, victim: int | None = None, min_bias_gradient: float = 1e-8):
+        if round is not None and round < 0:
+            raise bad("attack.round", round, "rounds start at 0", "use a round >= 0 or null")
+        self.round, self.victim, self.tiny = round, victim, min_bias_gradient
+        self.forger: TrapOverride | None = None
+        self.start = 0
+
+    def check(self, setup: Setup) -> None:
+        proto, model, net, adv = setup.protocol, setup.model, setup.network, setup.adversary
+        if proto.name != "dsgd" or proto.gossip_steps != 1:
+            raise bad(
+                "protocol",
+                proto.name,
+                "the override targets D-PSGD's averaging",
+                "use protocol=dsgd gossip_steps=1",
+            )
+        if proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None:
+            raise bad(
+                "protocol.batch_size",
+                proto.batch_size,
+                "extraction needs one plain minibatch SGD step a round",
+                "use momentum=0 weight_decay=0 local_steps=1 and a batch_size",
+            )
+        if len(model.shapes[0]) != 2 or len(model.shapes) < 2 or model.shapes[1] != model.shapes[0][:1]:
+            raise bad(
+                "model", model.shapes[0], "trap weights need a first linear layer with bias", "use model=mlp"
+            )
+        if proto.rounds < 2:
+            raise bad(
+                "protocol.rounds",
+                proto.rounds,
+                "override and read need two rounds",
+                "use protocol.rounds >= 2",
+            )
+        self.start = proto.rounds - 2 if self.round is None else self.round
+        if self.start > proto.rounds - 2:
+            raise bad(
+                "attack.round",
+                self.round,
+                f"the read happens one round later; the run has {proto.rounds}",
+                f"use 0..{proto.rounds - 2}",
+            )
+        require_neighbours(net, adv.nodes)
+        victims, _ = coverable(net, adv.nodes, adv.observed_senders(net))
+        if self.victim is not None and self.victim not in set(victims.tolist()):
+            missing = (
+                np.setdiff1d(closed(net, self.victim), adv.observed_senders(net))
+                if 0 <= self.victim < net.n
+                else []
+            )
+            raise bad(
+                "attack.victim",
+                self.victim,
+                f"not an attacker's neighbour whose neighbours the attackers all hear (missing {list(missing)})",
+                f"use one of {victims.tolist()}",
+            )
+        if victims.size == 0:
+            raise bad(
+                "adversary.nodes",
+                adv.nodes.tolist(),
+                "no neighbour can be overridden",
+                "corrupt better-connected nodes",
+            )
+
+    def behaviour(self, setup: Setup) -> TrapOverride:
+        net, adv = setup.network, setup.adversary
+        heard = adv.observed_senders(net)
+        victims, forgers = coverable(net, adv.nodes, heard)
+        if self.victim is not None:
+            keep = victims == self.victim
+            victims, forgers = victims[keep], forgers[keep]
+        local = setup.local
+        own = local.x[adv.nodes][local.mask[adv.nodes]].flatten(1).double()
+        trap = trap_weights(
+            own, setup.model.shapes[0], setup.protocol.batch_size, setup.seeds.torch("attack.trap")
+        )
+        self.forger = TrapOverride(
+            trap,
+            network=net,
+            attackers=adv.nodes,
+            victims=victims,
+            forgers=forgers,
+            senders=heard,
+            start=self.start,
+            rushing=True,
+            target="own",
+        )
+        return self.forger
+
+    def run(self, view: View) -> Extracted:
+        f = self.forger
+        rounds = view.transcript.times[:, 0]
+        row = int(np.flatnonzero(rounds == self.start + 1)[0])
+        sent = view.transcript.values[row][torch.as_tensor(columns(view.transcript, f.victims))]
+        g = (f.targets[self.start].to(sent.dtype) - sent) / view.hyper["lr"]
+        h, d = view.model.shapes[0]
+        dW = g[:, : h * d].reshape(-1, h, d)
+        db = g[:, h * d : h * d + h]
+        images = []
+        for k in range(len(f.victims)):
+            hit = db[k].abs() > self.tiny
+            images.append((dW[k][hit] / db[k][hit, None]).reshape(-1, *view.data_spec.input_shape))
+        return Extracted(f.victims, images)
+
+    def evaluate(self, findings: Extracted, truth: Truth, view: View) -> Report:
+        rows, shown = [], []
+        for v, rec in zip(findings.victims.tolist(), findings.images, strict=True):
+            own = truth.local.x[v][truth.local.mask[v]].double()
+            if len(rec) == 0:
+                continue
+            dist = torch.cdist(rec.double().flatten(1), own.flatten(1)) ** 2 / own[0].numel()
+            best, where = dist.min(1)
+            exact = best < 1e-8
+            rows.append(
+                {
+                    "victim": v,
+                    "units_hit": len(rec),
+                    "exact_units": int(exact.sum()),
+                    "distinct_samples_recovered": int(where[exact].unique().numel()),
+                }
+            )
+            if not shown and exact.any():
+                picks = where[exact].unique()[:8]
+                first = torch.stack([rec[exact][where[exact] == i][0] for i in picks])
+                shown = [("extracted", first.clamp(0, 1).numpy()), ("true", own[picks].numpy())]
+        table = pd.DataFrame(
+            rows, columns=["victim", "units_hit", "exact_units", "distinct_samples_recovered"]
+        )
+        summary = {
+            "active_inversion_victims": len(findings.victims),
+            "active_inversion_mean_samples_recovered": float(table.distinct_samples_recovered.mean())
+            if len(table)
+            else 0.0,
+            "active_inversion_batch_size": int(view.hyper["batch_size"]),
+        }
+        figures = {}
+        if shown:
+            figures["reconstructions/active_inversion.png"] = image_grid(
+                shown, title="samples read off trap-weight gradients"
+            )
+        return Report(tables={"active_inversion": table}, summary=summary, figures=figures)
