@@ -68,16 +68,24 @@ def row_space(
 ) -> Knowledge:
     """Float64 row-space test on K_T given as blocks (K_t, Y_t); see the module docstring."""
     R = np.zeros((0, 0))
-    rows = 0
-    width = None
+    rows, width, pending = 0, None, []
+
+    def fold(R: np.ndarray, pending: list[np.ndarray]) -> np.ndarray:
+        stacked = np.vstack([R, *pending]) if R.size else np.vstack(pending)
+        return la.qr(stacked, mode="r", check_finite=False, overwrite_a=True)[0][: stacked.shape[1]]
+
+    # Folding every few thousand rows at once: one Householder pass over a tall block costs about the same
+    # per row as over the whole K_T, while re-factoring R after each small block would dominate.
     for K_t, Y_t in blocks:
         rows += K_t.shape[0]
-        stacked = np.hstack([K_t, Y_t])
-        width = stacked.shape[1]
-        R = la.qr(np.vstack([R, stacked]) if R.size else stacked, mode="r", check_finite=False)[0]
-        R = R[: min(R.shape[0], width)]
+        pending.append(np.hstack([K_t, Y_t]))
+        width = pending[-1].shape[1]
+        if sum(b.shape[0] for b in pending) >= 4 * width:
+            R, pending = fold(R, pending), []
     if width is None:
         raise ValueError("the knowledge matrix has no rows")
+    if pending:
+        R = fold(R, pending)
     k = min(R.shape[0], n)
     R11, QtY = np.zeros((n, n)), np.zeros((n, width - n))
     R11[:k], QtY[:k] = R[:k, :n], R[:k, n:]
@@ -96,6 +104,14 @@ def row_space(
         "largest_distance_reconstructed": float(distance[reconstructible].max(initial=0.0)),
         "smallest_distance_not_reconstructed": float(distance[~reconstructible].min(initial=np.inf)),
     }
+    # Kept singular values close to the cutoff, or distances near the tolerance: the decision could
+    # flip with the thresholds (K_T's rows (W^t)[v,:] all tend to 1/n, so long horizons get here).
+    kept = numerics["smallest_kept_singular_value"]
+    numerics["ambiguous"] = bool(
+        (rank and kept < 1e3 * cutoff)
+        or numerics["largest_distance_reconstructed"] > 1e-3 * tol
+        or numerics["smallest_distance_not_reconstructed"] < 1e3 * tol
+    )
     return Knowledge(rows, rank, reconstructible, distance, column_groups(R11), estimate, numerics)
 
 
