@@ -60,7 +60,9 @@ def reference_rref(W: np.ndarray, attackers: np.ndarray, steps: int, threshold: 
 
 def main() -> None:
     print(f"ER graphs, mean degree 2 ln n, T = {STEPS}; times in seconds")
-    header = "   n  |A|  rows   rank  recon  decpriv_s  reference_s  ref_agrees  exact_s  float==exact"
+    header = (
+        "   n  |A|  rows   rank  recon  decpriv_s  reference_s  ref_agrees  exact_s  float==exact  ambiguous"
+    )
     print(header)
     for n in (100, 500, 1000, 2000):
         graph = er_graph(n, seed=n)
@@ -84,7 +86,7 @@ def main() -> None:
                 same = str(bool((e.reconstructible == k.reconstructible).all() and e.rank == k.rank))
             print(
                 f"{n:5d} {len(attackers):4d} {k.rows:6d} {k.rank:5d} {int(k.reconstructible.sum()):6d}"
-                f" {ours:10.2f} {ref_s:>12} {agree:>11} {exact_s:>8} {same:>13}",
+                f" {ours:10.2f} {ref_s:>12} {agree:>11} {exact_s:>8} {same:>13} {k.numerics['ambiguous']!s:>10}",
                 flush=True,
             )
 

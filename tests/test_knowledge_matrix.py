@@ -194,3 +194,15 @@ def test_attack_sees_only_the_view():
     # ring of 10, attacker 0, T=3: each step reaches one node further in both directions
     np.testing.assert_array_equal(np.flatnonzero(known), [0, 1, 2, 3, 7, 8, 9])
     np.testing.assert_allclose(findings.values[known], private[known], atol=1e-12)
+
+
+def test_long_horizons_are_flagged_not_silently_decided():
+    """Rows (W^t)[v, :] tend to 1/n, so with one attacker and T = 20 on ER(100) the singular values of K_T
+    run into the float64 floor with no gap: the run must say the decision is ambiguous; with a short
+    horizon (exact mode agrees, checked above) it must not."""
+    graph = nx.gnp_random_graph(100, 2 * np.log(100) / 100, seed=100)
+    assert nx.is_connected(graph)
+    W = mh(graph)
+    assert float_knowledge(W, np.array([0]), 20).numerics["ambiguous"]
+    assert not float_knowledge(W, np.array([0]), 5).numerics["ambiguous"]
+    assert not float_knowledge(mh(nx.path_graph(10)), np.array([0]), 5).numerics["ambiguous"]
