@@ -94,11 +94,11 @@ def _difference(model, x, y):
 
 
 def test_gradient_difference_inversion_recovers_image_and_label_with_an_mlp(data):
-    # measured ~148 dB and the true label the unique zero of the objective among the 10 candidates
+    # measured ~120 dB and the true label the unique zero of the objective among the 10 candidates
     model = mlp(SHAPE, 10, hidden=[100])
     x, y = data[0][7:8], data[1][7:8]
     params, target = _difference(model, x, y)
-    cfg = InversionConfig(iterations=50, labels="enumerate")
+    cfg = InversionConfig(iterations=25, labels="enumerate")
     inv = invert(model, params, target, SHAPE, 10, 1, None, (0.0, 1.0), cfg, _gen())
     assert inv.objectives.shape == (10, 1)
     assert inv.y.tolist() == y.tolist()
@@ -108,18 +108,20 @@ def test_gradient_difference_inversion_recovers_image_and_label_with_an_mlp(data
 
 
 def test_gradient_difference_of_a_linear_model_hides_the_label(data):
-    # softmax regression: the difference is (p_t - p_{t+2}) [x; 1], and p does not depend on y, so the
-    # image is identifiable (weight block / bias block) while the label cancels out of the target
+    # softmax regression: the difference is (p_t - p_{t+2}) [x; 1] and p does not depend on y, so the label
+    # cancels out of the target (why labels cannot be read off differences) while x = weight block / bias block
     model = softmax(SHAPE, 10)
     x, y = data[0][7:8], data[1][7:8]
     params, target = _difference(model, x, y)
-    cfg = InversionConfig(iterations=50, labels="enumerate")
-    inv = invert(model, params, target, SHAPE, 10, 1, None, (0.0, 1.0), cfg, _gen())
-    assert psnr(inv.x, x, (0.0, 1.0)).item() > 30
     per_label = torch.stack([dummy_gradient(model, params, x, torch.tensor([c])) for c in range(10)])
-    assert torch.allclose(per_label, per_label[:1].expand(10, -1), atol=1e-7)
+    assert torch.allclose(per_label, target.expand(10, -1), atol=1e-7)
+    blocks = model.unflatten(target)
+    weight, bias = blocks[model.names[0]], blocks[model.names[1]]
+    row = bias.abs().argmax()
+    assert torch.allclose(weight[row] / bias[row], x.flatten(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_dlg_soft_labels_learn_the_label(data):
     # DLG's joint soft-label search stalls on some digits (Zhao et al. 2020 note the same instability);
     # measured on examples 2..5: labels all right, 17 / 37 / 55 / 62 dB
