@@ -17,6 +17,17 @@ from decpriv.attacks.knowledge.matrix import exact_knowledge, float_knowledge
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 
 STEPS = 20
+REPEATS = 3  # best of 3: the 2 shared cores are busy, the minimum is the least disturbed run
+
+
+def best_of(repeats: int, fn, *args):
+    """(result, fastest wall time in seconds) over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        result = fn(*args)
+        times.append(time.perf_counter() - begin)
+    return result, min(times)
 
 
 def er_graph(n: int, seed: int) -> nx.Graph:
@@ -59,7 +70,7 @@ def reference_rref(W: np.ndarray, attackers: np.ndarray, steps: int, threshold: 
 
 
 def main() -> None:
-    print(f"ER graphs, mean degree 2 ln n, T = {STEPS}; times in seconds")
+    print(f"ER graphs, mean degree 2 ln n, T = {STEPS}; seconds, best of {REPEATS} (exact: one run)")
     header = (
         "   n  |A|  rows   rank  recon  decpriv_s  reference_s  ref_agrees  exact_s  float==exact  ambiguous"
     )
@@ -69,14 +80,11 @@ def main() -> None:
         W = sp.csr_array(metropolis_hastings(graph))
         for share in (0.01, 0.02):
             attackers = np.arange(max(1, round(share * n)))
-            begin = time.perf_counter()
-            k = float_knowledge(W, attackers, STEPS)
-            ours = time.perf_counter() - begin
+            k, ours = best_of(REPEATS, float_knowledge, W, attackers, STEPS)
             ref_s, agree = "-", "-"
             if n <= 500:
-                begin = time.perf_counter()
-                ref = reference_rref(W.toarray(), attackers, STEPS)
-                ref_s = f"{time.perf_counter() - begin:.2f}"
+                ref, seconds = best_of(REPEATS, reference_rref, W.toarray(), attackers, STEPS)
+                ref_s = f"{seconds:.2f}"
                 agree = f"{int((ref == k.reconstructible).sum())}/{n}"
             exact_s, same = "-", "-"
             if n <= 100:
