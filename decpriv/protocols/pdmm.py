@@ -6,7 +6,8 @@ For every node i and neighbour j, with B_{i|j} = +I if i < j and -I otherwise:
     z_{j|i}^{t+1} = (1 - theta) z_{j|i}^t + theta (z_{i|j}^t + 2 rho B_{i|j} w_i^{t+1})
 
 theta = 1 is PDMM, theta = 1/2 ADMM. The local problem is solved ``exact`` (Newton's method, which is the
-closed form for a quadratic f_i, when p <= ``newton_max``; otherwise gradient steps to ``tol``), ``inexact``
+closed form for a quadratic f_i, when p <= ``newton_max``, until the Newton step is below ``tol``
+relative to w; otherwise gradient steps until the gradient is below ``tol``), ``inexact``
 (k_max warm-started gradient steps of size alpha, Sec. 3.2) or by the quadratic approximation ``qa``
 (w^{t+1} = [mu w^t - grad f_i(w^t) - sum_j B z^t] / (mu + rho d_i)). f_i is a sum over the local samples.
 
@@ -136,10 +137,11 @@ class PDMM(Protocol):
             curvature = vmap(hessian(model.loss))
             for _ in range(self.max_inner):
                 g = gradient(w, x, y, mask) + c + rd[:, None] * w
-                if g.abs().max() <= self.tol:
+                step = torch.linalg.solve(curvature(w, x, y, mask) + rd[:, None, None] * eye, g)
+                w = w - step
+                # relative: sum-reduced losses make absolute gradient sizes scale with the data
+                if step.abs().max() <= self.tol * (1 + w.abs().max()):
                     break
-                H = curvature(w, x, y, mask) + rd[:, None, None] * eye
-                w = w - torch.linalg.solve(H, g)
             return w
         for _ in range(self.max_inner):
             g = gradient(w, x, y, mask) + c + rd[:, None] * w
