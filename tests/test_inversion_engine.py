@@ -121,7 +121,6 @@ def test_gradient_difference_of_a_linear_model_hides_the_label(data):
     assert torch.allclose(weight[row] / bias[row], x.flatten(), atol=1e-4)
 
 
-@pytest.mark.slow
 def test_dlg_soft_labels_learn_the_label(data):
     # DLG's joint soft-label search stalls on some digits (Zhao et al. 2020 note the same instability);
     # measured on examples 2..5: labels all right, 17 / 37 / 55 / 62 dB
