@@ -146,6 +146,7 @@ BAD = [
     (["protocol=dsgd"], "protocol.batch_size"),
     (["protocol=dsgd", "protocol.batch_size=null", "model=cnn"], "model"),
     (["attack.solver=cholesky"], "attack.solver"),
+    (["protocol=dsgd", "protocol.batch_size=null", "attack.exact=true"], "attack.exact"),
 ]
 
 

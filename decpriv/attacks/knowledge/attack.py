@@ -100,6 +100,13 @@ class KnowledgeMatrix(Attack):
             )
         self.steps = self.horizon(setup)
         if self.exact:
+            if protocol.name != "gossip":
+                raise bad(
+                    "attack.exact",
+                    True,
+                    "exact mode decides the gossip system only",
+                    "use attack.exact=false with protocol=dsgd",
+                )
             rational_matrix(setup.network.W)
         if self.image_metrics and not setup.dataset.is_image:
             raise bad(
