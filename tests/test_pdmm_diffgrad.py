@@ -54,6 +54,8 @@ def test_quantisation_rounds_to_the_grid_and_spoils_the_leak():
     clean = attack_error(["protocol.rounds=15"])["attack_l2_error"]
     coarse = attack_error(["protocol.rounds=15", "defense=quantize", "defense.cell=0.01"])["attack_l2_error"]
     assert coarse > 1e3 * max(clean, 1e-12)
+    grid = attack_error(["protocol.rounds=15", "defense=quantize", "defense.cell=1.0"])
+    assert grid["attack_undefined"] > 0  # differences rounded to zero leave x = 0/0, reported, not a crash
 
 
 def test_message_noise_spoils_the_leak_more_as_sigma_grows():

@@ -154,8 +154,11 @@ class DiffGrad(Attack):
         for v, xr, yr, obj in zip(findings.victims, findings.x, findings.y, findings.objective, strict=True):
             keep = truth.local.mask[v].bool()
             x, y = truth.local.x[v][keep].to(xr.dtype), truth.local.y[v][keep]
+            # a difference quantised to zero has no bias part: the closed form is undefined there
+            finite = torch.isfinite(xr).flatten(1).all(1)
+            xr = torch.where(finite.reshape(-1, *[1] * (xr.dim() - 1)), xr, torch.zeros_like(xr))
             perm = match(xr, x)
-            xr, yr = xr[perm], yr[perm]
+            xr, yr, finite = xr[perm], yr[perm], finite[perm]
             l2 = (xr - x).flatten(1).norm(dim=1)
             scores = (
                 {"psnr": images.psnr(xr, x, data_range), "ssim": images.ssim(xr, x, data_range)}
@@ -170,6 +173,7 @@ class DiffGrad(Attack):
                         "true_label": int(y[i]),
                         "label": int(yr[i]),
                         "label_correct": bool(yr[i] == y[i]),
+                        "defined": bool(finite[i]),
                         "l2_error": float(l2[i]),
                         **{key: float(val[i]) for key, val in scores.items()},
                         "objective": obj,
@@ -183,6 +187,8 @@ class DiffGrad(Attack):
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
             "attack_l2_error": float(table["l2_error"].mean()),
+            "attack_l2_error_median": float(table["l2_error"].median()),
+            "attack_undefined": int((~table["defined"]).sum()),
         }
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
