@@ -61,9 +61,7 @@ def build(cfg: DictConfig) -> Setup:
     device = resolve_device(cfg.device)
     network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
     dataset = make(cfg.data, seeds=seeds)
-    parts = make(
-        cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
-    )
+    parts = make(cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition"))
     local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
     model = make(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
     protocol = make(cfg.protocol)

@@ -14,9 +14,13 @@ DECPRIV = Path(sys.executable).with_name("decpriv")
 def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """``decpriv ARGS`` in a subprocess; returns the completed process (stdout/stderr as text)."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "COLUMNS": "200"}
-    proc = subprocess.run([str(DECPRIV), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(DECPRIV), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"decpriv {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"decpriv {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 

@@ -36,7 +36,15 @@ def test_default_run_writes_a_complete_run_folder(cli, tmp_path):
 
 
 def test_overrides_and_hydra_run_dir(cli, tmp_path):
-    cli("run", "topology=torus", "topology.n=9", "protocol.rounds=3", "seed=5", "hydra.run.dir=out", check=True)
+    cli(
+        "run",
+        "topology=torus",
+        "topology.n=9",
+        "protocol.rounds=3",
+        "seed=5",
+        "hydra.run.dir=out",
+        check=True,
+    )
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert summary["topology"][0] == "torus" and summary["nodes"][0] == 9 and summary["edges"][0] == 18
     assert summary["seed"][0] == 5
@@ -54,7 +62,16 @@ def test_multirun_sweep_summary_and_failed_job_does_not_stop_others(cli, tmp_pat
 
 
 def test_parallel_launcher(cli, tmp_path):
-    cli("run", "-m", *FAST, "seed=0,1", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sw", check=True)
+    cli(
+        "run",
+        "-m",
+        *FAST,
+        "seed=0,1",
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweep.dir=sw",
+        check=True,
+    )
     table = pd.read_csv(tmp_path / "sw" / "summary.csv")
     assert sorted(table.seed) == [0, 1] and (table.status == "completed").all()
 
