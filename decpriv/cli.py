@@ -37,7 +37,7 @@ USAGE = """usage: decpriv COMMAND [...]
 
 Examples:  decpriv run topology=torus protocol.rounds=50
            decpriv run -m topology=ring,complete seed=0,1 hydra/launcher=parallel
-           decpriv run -m topology=ring,complete seed=0,1 hydra.sweep.dir=sw +resume=true
+           decpriv run -m topology=ring,complete seed=0,1 hydra.sweep.dir=sw resume=true
            decpriv report sw && decpriv plot sw x=protocol.lr y=test_accuracy hue=topology"""
 
 
@@ -146,7 +146,7 @@ def _run(args: list[str]) -> int:
         from decpriv.report.resume import kept_before
 
         kept = kept_before(SweepSummary.folder, began, SweepSummary.jobs)
-        note = f" ({kept} job(s) kept from earlier runs: +resume=true)" if kept else ""
+        note = f" ({kept} job(s) kept from earlier runs: resume=true)" if kept else ""
         console.print(f"sweep folder: [bold]{SweepSummary.folder}[/]{note}", highlight=False)
     if parsed.multirun and SweepSummary.failed:
         Console(stderr=True).print(

@@ -16,7 +16,6 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv.adversary.adversary import choose_adversary
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import DataSpec, View
 from decpriv.data.partition import LocalData
@@ -42,9 +41,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make(node: DictConfig, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate`` that lets a plugin's ConfigError through unwrapped (exit status 2)."""
+    """``hydra.utils.instantiate`` that lets a plugin's ConfigError through unwrapped (exit status 2).
+
+    Pipeline objects go in through a partial call: instantiate would turn a dataclass keyword into a config.
+    """
     try:
-        return instantiate(node, **kwargs)
+        return instantiate(node, _partial_=True)(**kwargs) if kwargs else instantiate(node)
     except InstantiationException as error:
         cause = error.__cause__
         while cause is not None and not isinstance(cause, ConfigError):
@@ -65,8 +67,10 @@ def build(cfg: DictConfig) -> Setup:
     local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
     model = make(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
     protocol = make(cfg.protocol)
+    if model.reduction is None:
+        model.reduction = protocol.reduction
     defense = make(cfg.defense) if cfg.get("defense") else Defense()
-    adversary = choose_adversary(network, seeds, **OmegaConf.to_container(cfg.adversary))
+    adversary = make(cfg.adversary, network=network, seeds=seeds)
     attack = make(cfg.attack) if cfg.get("attack") else None
     accountant = make(cfg.accountant) if cfg.get("accountant") else defense.accountant()
     setup = Setup(
@@ -91,7 +95,7 @@ def precheck(cfg: DictConfig) -> None:
     """The cheap part of :func:`build` (no data loading): used to check every job of a sweep up front."""
     validate(cfg)
     network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
-    choose_adversary(network, Seeds(cfg.seed), **OmegaConf.to_container(cfg.adversary))
+    make(cfg.adversary, network=network, seeds=Seeds(cfg.seed))
     for group in ("protocol", "defense", "attack", "accountant"):
         if cfg.get(group):
             make(cfg[group])

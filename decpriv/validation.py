@@ -21,11 +21,21 @@ PLUGIN_GROUPS = (
     "model",
     "protocol",
     "defense",
+    "adversary",
     "attack",
     "accountant",
 )
 DEVICES = ("auto", "cpu", "cuda")
-INJECTED = {"seeds", "labels", "n", "rng", "input_shape", "num_classes", "graph"}  # filled in by the pipeline
+INJECTED = {
+    "seeds",
+    "labels",
+    "n",
+    "rng",
+    "input_shape",
+    "num_classes",
+    "graph",
+    "network",
+}  # filled in by the pipeline
 
 
 def _accepts(annotation: Any, value: Any) -> bool:

@@ -21,7 +21,13 @@ def test_idlg_on_a_fedsgd_server_recovers_the_digit(cli, tmp_path):
 
 
 def test_server_must_see_the_updates(cli):
-    proc = cli("run", "experiment=inversion_digits_mlp", "adversary.count=1", "hydra.run.dir=x")
+    proc = cli(
+        "run",
+        "experiment=inversion_digits_mlp",
+        "adversary.eavesdropper=false",
+        "adversary.count=1",
+        "hydra.run.dir=x",
+    )
     assert proc.returncode == 2 and "adversary.eavesdropper" in proc.stderr + proc.stdout
 
 

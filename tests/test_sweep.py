@@ -130,22 +130,22 @@ def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):
     grid = ["protocol.rounds=2", "topology.n=6", "hydra.sweep.dir=sw"]
     run_cli("run", "-m", "seed=0,1", *grid, cwd=tmp_path, check=True)
     before = {j: (tmp_path / "sw" / j / "run.json").read_bytes() for j in ("0", "1")}
-    grown = run_cli("run", "-m", "seed=0,1,2", *grid, "+resume=true", cwd=tmp_path, check=True)
+    grown = run_cli("run", "-m", "seed=0,1,2", *grid, "resume=true", cwd=tmp_path, check=True)
     assert "2 job(s) kept" in grown.stdout
     assert all((tmp_path / "sw" / j / "run.json").read_bytes() == before[j] for j in before)
     table = pd.read_csv(tmp_path / "sw" / "summary.csv")
     assert list(table.seed) == [0, 1, 2] and (table.status == "completed").all()
     assert "resume" not in table.columns
     changed = run_cli(
-        "run", "-m", "seed=0", *grid, "protocol.lr=0.2", "+resume=true", cwd=tmp_path, check=True
+        "run", "-m", "seed=0", *grid, "protocol.lr=0.2", "resume=true", cwd=tmp_path, check=True
     )
     assert "kept" not in changed.stdout  # another learning rate: another digest, so the job reruns
     assert (tmp_path / "sw" / "0" / "run.json").read_bytes() != before["0"]
     rerun = pd.read_csv(tmp_path / "sw" / "summary.csv")  # jobs 1, 2 of the earlier grid are not this sweep
     assert list(rerun.job) == [0] and rerun["protocol.lr"][0] == 0.2
-    code, _, err = _main(capsys, "run", "-m", "seed=0,1", "+resume=true")
+    code, _, err = _main(capsys, "run", "-m", "seed=0,1", "resume=true")
     assert code == 2 and "hydra.sweep.dir" in err
-    assert _main(capsys, "run", "-m", "seed=0,1", "hydra.sweep.dir=sw", "+resume=maybe")[0] == 2
+    assert _main(capsys, "run", "-m", "seed=0,1", "hydra.sweep.dir=sw", "resume=maybe")[0] == 2
 
 
 def _fake_sweep(folder: Path, rows: list[dict], swept: list[str]) -> Path:

@@ -17,7 +17,7 @@ def _out(num_classes: int, binary_as_one: bool) -> int:
 
 
 def logistic(
-    input_shape: tuple[int, ...], num_classes: int, reduction: str = "mean", bias: bool = True
+    input_shape: tuple[int, ...], num_classes: int, reduction: str | None = "mean", bias: bool = True
 ) -> FunctionalModel:
     """Binary logistic regression: one output, sigmoid, binary cross-entropy (labels 0/1)."""
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
@@ -25,7 +25,7 @@ def logistic(
 
 
 def softmax(
-    input_shape: tuple[int, ...], num_classes: int, reduction: str = "mean", bias: bool = True
+    input_shape: tuple[int, ...], num_classes: int, reduction: str | None = "mean", bias: bool = True
 ) -> FunctionalModel:
     """Multinomial logistic (softmax) regression."""
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
@@ -45,7 +45,7 @@ def mlp(
     num_classes: int,
     hidden: tuple[int, ...] = (100,),
     activation: str = "relu",
-    reduction: str = "mean",
+    reduction: str | None = "mean",
 ) -> FunctionalModel:
     """Fully connected network (Yu 2023's 2-layer perceptron has hidden=(100,), ReLU)."""
     act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
@@ -64,7 +64,7 @@ def cnn(
     channels: tuple[int, ...] = (12, 24),
     hidden: int = 64,
     activation: str = "sigmoid",
-    reduction: str = "mean",
+    reduction: str | None = "mean",
 ) -> FunctionalModel:
     """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
     side allows), then a hidden linear layer. Sigmoid by default: smooth, so gradient inversion works
@@ -103,7 +103,11 @@ class _Block(nn.Module):
 
 
 def resnet20(
-    input_shape: tuple[int, ...], num_classes: int, width: int = 16, groups: int = 4, reduction: str = "mean"
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    width: int = 16,
+    groups: int = 4,
+    reduction: str | None = "mean",
 ) -> FunctionalModel:
     """ResNet-20 (He et al. 2016, CIFAR variant: 3 stages x 3 basic blocks, widths 16/32/64).
 

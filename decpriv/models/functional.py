@@ -36,10 +36,11 @@ class FunctionalModel:
     """``module`` as f(theta, x) with theta a flat vector of its trainable parameters.
 
     ``reduction`` sets how a node's per-sample losses combine: ``mean`` (SGD convention) or ``sum``
-    (Yu 2023's PDMM objective f_i, and DECOR's quadratics).
+    (Yu 2023's PDMM objective f_i, and DECOR's quadratics); None (a config's null) until :func:`decpriv.experiment.build`
+    gives it the protocol's convention (``Protocol.reduction``).
     """
 
-    def __init__(self, module: nn.Module, loss: str, reduction: str = "mean"):
+    def __init__(self, module: nn.Module, loss: str, reduction: str | None = "mean"):
         self.module = module
         self.loss_name = loss
         self.per_sample_loss = LOSSES[loss]

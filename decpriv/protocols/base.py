@@ -59,6 +59,7 @@ class Protocol:
     name = "protocol"
     rounds: int
     recorder_kind = "broadcast"  # or "edges" for per-edge messages (PDMM)
+    reduction = "mean"  # how f_i combines local samples when model.reduction is null
 
     def hyper(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}

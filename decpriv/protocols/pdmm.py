@@ -57,6 +57,7 @@ def positions(directed: np.ndarray, senders: np.ndarray, receivers: np.ndarray, 
 class PDMM(Protocol):
     name = "pdmm"
     recorder_kind = "edges"
+    reduction = "sum"
 
     def __init__(
         self,

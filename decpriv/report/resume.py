@@ -1,6 +1,6 @@
 """Resuming a sweep: a job whose folder already holds a completed run of the same config is skipped.
 
-``decpriv run -m ... hydra.sweep.dir=FOLDER +resume=true`` reruns only what is missing, failed or changed:
+``decpriv run -m ... hydra.sweep.dir=FOLDER resume=true`` reruns only what is missing, failed or changed:
 "the same config" means the same config digest in run.json (``experiment.config_digest``), and the
 ``resume`` key itself is taken out of the config first, so it never changes a digest or a summary column.
 """
@@ -20,7 +20,7 @@ def take_resume(cfg: DictConfig) -> bool:
     """Remove ``resume`` from the job's config and return it (False when absent)."""
     value = cfg.get(KEY, False)
     if not isinstance(value, bool):
-        raise bad(KEY, value, "is a switch", "use +resume=true")
+        raise bad(KEY, value, "is a switch", "use resume=true")
     if KEY in cfg:
         with open_dict(cfg):
             del cfg[KEY]

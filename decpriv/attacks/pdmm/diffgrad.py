@@ -8,12 +8,14 @@ D_i^t = grad f_i(w_i^t) - grad f_i(w_i^{t+2}). It then solves
 
 with the shared inversion engine (:func:`decpriv.attacks.inversion.invert`): labels enumerated (a
 difference hides the label sign, Table 5.1), L-BFGS (30 iterations in the thesis, 500 in the paper),
-random-normal restarts, the best objective kept. For logistic regression with n_i = 1 the difference is
+random-normal restarts, the best objective kept. ``labels=auto`` enumerates while the label multisets fit
+in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need. For logistic regression with n_i = 1 the difference is
 (sigma(w^t . x) - sigma(w^{t+2} . x)) [x; 1], so x = weight part / bias part in closed form (``analytic``).
 Reconstructions are matched to the true batch optimally before scoring.
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -47,6 +49,9 @@ def analytic_logistic(view: View, difference: torch.Tensor) -> torch.Tensor:
     return weight / bias
 
 
+LABELS = ("auto", "enumerate", "optimise")
+
+
 class DiffGrad(Attack):
     name = "diffgrad"
 
@@ -60,6 +65,7 @@ class DiffGrad(Attack):
         iterations: int = 30,
         restarts: int = 20,
         lr: float = 1.0,
+        labels: str = "auto",
         max_label_candidates: int = 1000,
         form: str = "messages",
         update: str | None = None,
@@ -69,6 +75,8 @@ class DiffGrad(Attack):
         mu: float | None = None,
     ):
         check_assumptions(update, form, theta, "attack")
+        if labels not in LABELS:
+            raise bad("attack.labels", labels, "unknown label mode", f"use one of {', '.join(LABELS)}")
         if victims is not None and victims < 1:
             raise bad(
                 "attack.victims", victims, "at least one node must be attacked", "use 1 or more, or null"
@@ -78,7 +86,7 @@ class DiffGrad(Attack):
         if batch_size is not None and batch_size < 1:
             raise bad("attack.batch_size", batch_size, "must be positive or null", "use n_i or null")
         self.victims, self.round, self.t_max, self.batch_size = victims, round, t_max, batch_size
-        self.analytic, self.form, self.update = analytic, form, update
+        self.analytic, self.form, self.update, self.labels = analytic, form, update, labels
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
         self.config = InversionConfig(
             cost="l2",
@@ -87,7 +95,7 @@ class DiffGrad(Attack):
             lr=lr,
             restarts=restarts,
             init="randn",
-            labels="enumerate",
+            labels="optimise" if labels == "optimise" else "enumerate",
             max_label_candidates=max_label_candidates,
         )
 
@@ -108,6 +116,17 @@ class DiffGrad(Attack):
             raise bad(
                 "data", setup.dataset.task, "the attack enumerates class labels", "use a classification set"
             )
+        batch = self.batch_size or int(setup.local.counts[setup.adversary.nodes[0]])
+        candidates = math.comb(setup.dataset.num_classes + batch - 1, batch)
+        if candidates > self.config.max_label_candidates:
+            if self.labels == "enumerate":
+                raise bad(
+                    "attack.max_label_candidates",
+                    self.config.max_label_candidates,
+                    f"enumerating labels of a batch of {batch} needs {candidates} candidates",
+                    f"raise it to {candidates} or use attack.labels=optimise",
+                )
+            self.config = replace(self.config, labels="optimise")
         self.seed = setup.seeds.seed(f"attack.{self.name}")
 
     def run(self, view: View) -> Reconstruction:
@@ -186,6 +205,7 @@ class DiffGrad(Attack):
             "attack_method": findings.method,
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
+            "attack_labels": self.config.labels if findings.method != "analytic" else "analytic",
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_l2_error_median": float(table["l2_error"].median()),
             "attack_undefined": int((~table["defined"]).sum()),
