@@ -136,7 +136,7 @@ def test_end_to_end_gossip_recovers_exact_values_and_reports_numerics(cli, tmp_p
 
 
 BAD = [
-    (["adversary=none"], "adversary"),
+    (["adversary.nodes=[]", "adversary.count=0"], "adversary"),
     (["adversary.nodes=[99]"], "adversary.nodes"),
     (["attack.steps=0"], "attack.steps"),
     (["attack.steps=50"], "attack.steps"),
