@@ -77,6 +77,7 @@ def build(cfg: DictConfig) -> Setup:
         cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
     )
     protocol.check(network, dataset, model)
+    defense.bind(setup)
     if attack is not None:
         if attack.needs_adversary and not adversary.present:
             raise bad(

@@ -5,6 +5,7 @@ messages, rushing adversary) and applies the forged messages through :func:`appl
 itself is never edited (Pasquini et al. 2023, Sec. 5).
 """
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,14 +22,14 @@ class Forgery:
     values: torch.Tensor
 
 
-class Behaviour:
+class Behaviour(ABC):
     """Interface of active attacks; ``forge`` returns None to send honestly this round."""
 
+    @abstractmethod
     def forge(
         self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor
     ) -> Forgery | None:
         """``observed[k]``: this round's message from ``senders[k]``; ``own``: the attackers' honest messages."""
-        raise NotImplementedError
 
 
 def apply_forgery(

@@ -1,5 +1,6 @@
 """The attack interface the pipeline calls: check -> run(View) -> evaluate(findings, Truth)."""
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 from decpriv.adversary.behaviour import Behaviour
@@ -9,7 +10,7 @@ from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
-class Attack:
+class Attack(ABC):
     name = "attack"
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
 
@@ -20,10 +21,10 @@ class Attack:
         """Active attacks return the message forgery the protocol applies; passive ones None."""
         return None
 
+    @abstractmethod
     def run(self, view: View) -> Any:
         """The attack itself: sees the View only."""
-        raise NotImplementedError
 
+    @abstractmethod
     def evaluate(self, findings: Any, truth: Truth, view: View) -> Report:
         """Score ``findings`` against the truth: attack.csv rows, summary metrics, pictures."""
-        raise NotImplementedError

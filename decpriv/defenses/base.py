@@ -8,6 +8,7 @@ from decpriv.models.functional import FunctionalModel
 
 if TYPE_CHECKING:
     from decpriv.privacy.base import Accountant
+    from decpriv.setup import Setup
 
 
 class Defense:
@@ -18,6 +19,9 @@ class Defense:
     """
 
     name = "none"
+
+    def bind(self, setup: "Setup") -> None:
+        """Take what the defense needs from the built setup (edges, random streams) before the run."""
 
     def gradients(
         self,

@@ -83,9 +83,7 @@ class Decor(Defense):
     def correlated(self, n: int, p: int, dtype: torch.dtype) -> torch.Tensor:
         """(n, p) correlated noise of one round: +u_e at edge e's first node, -u_e at its second."""
         if self._edges is None or self._pairs is None:
-            raise RuntimeError(
-                "defense=decor was not bound to the network (Decor.bind(setup) before the run)"
-            )
+            raise RuntimeError("defense=decor was not bound to the network: call bind(setup) before the run")
         u = self.sigma_cor * torch.randn(
             (len(self._edges), p), generator=self._pairs, device=self._edges.device, dtype=dtype
         )

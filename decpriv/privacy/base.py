@@ -1,15 +1,17 @@
 """The accountant interface the pipeline calls after the attack."""
 
+from abc import ABC, abstractmethod
+
 from decpriv.report.findings import Report
 from decpriv.setup import Setup
 
 
-class Accountant:
+class Accountant(ABC):
     name = "accountant"
 
     def check(self, setup: Setup) -> None:
         """Refuse configurations the accountant cannot account (raise ConfigError)."""
 
+    @abstractmethod
     def account(self, setup: Setup) -> Report:
         """privacy.csv rows (per node / per pair) and the headline ``epsilon`` for summary.csv."""
-        raise NotImplementedError

@@ -125,7 +125,6 @@ class SecLDPAccountant(Accountant):
             if target_slope is not None:
                 defense.calibrate(math.sqrt(2.0 / target_slope))
             return
-        defense.bind(setup)
         if target_slope is None:
             if defense.sigma_cdp == 0:
                 raise bad(

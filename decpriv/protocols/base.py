@@ -1,5 +1,6 @@
 """What a protocol receives (:class:`Simulation`) and returns (:class:`Outcome`)."""
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +54,7 @@ class Outcome:
     public: dict[str, Any] = field(default_factory=dict)  # facts the adversary legitimately knows
 
 
-class Protocol:
+class Protocol(ABC):
     """Base class: ``rounds`` communication rounds; ``hyper()`` is what the protocol declares publicly."""
 
     name = "protocol"
@@ -67,8 +68,9 @@ class Protocol:
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""
 
+    @abstractmethod
     def run(self, sim: Simulation) -> Outcome:
-        raise NotImplementedError
+        """All rounds over all nodes at once; what the adversary sees goes through ``sim.recorder``."""
 
 
 def eval_rounds(rounds: int, every: int | None, points: int = 25) -> set[int]:
