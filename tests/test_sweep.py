@@ -184,3 +184,74 @@ def test_job_line_names_the_swept_values(monkeypatch):
     monkeypatch.setenv(SWEPT_ENV, "seed,topology")
     line = job_line(2, ["seed=1", "topology=ring", "protocol.rounds=2"])
     assert line.strip() == "job 3/8  seed=1 topology=ring"
+
+
+LIST_SWEEP = [
+    "protocol=gossip",
+    "attack=knowledge_matrix",
+    "partition=one_per_node",
+    "topology.n=8",
+    "protocol.rounds=3",
+    "adversary.nodes=[0],[1]",
+    "hydra.sweep.dir=sw",
+]
+
+
+def test_sweep_plan_counts_the_sweeper_params_of_a_preset():
+    from decpriv.report.sweep import sweep_plan
+
+    preset = {"adversary.nodes": "[0],[1],[2]", "seed": "range(10)"}  # as elmrini_fig5 sweeps them
+    assert sweep_plan(["experiment=elmrini_fig5"], preset) == (30, ["adversary.nodes", "seed"])
+    assert sweep_plan(["experiment=elmrini_fig5", "seed=0"], preset) == (3, ["adversary.nodes"])
+    assert sweep_plan(["adversary.nodes=[4],[5]", "seed=0,1"], preset) == (4, ["adversary.nodes", "seed"])
+    assert sweep_plan(["seed=0,1", "topology=ring,complete", "topology.n=6"]) == (4, ["seed", "topology"])
+
+
+def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path, capsys):
+    """A list-valued swept key (adversary.nodes=[0],[1]) keeps every job, on the command line and as
+    an experiment preset's ``hydra.sweeper.params`` (elmrini_fig5: 15 jobs once gave a 1-row summary)."""
+    from omegaconf import OmegaConf
+
+    from decpriv.report.sweep import SweepSummary, swept_overrides
+
+    run_cli("run", "-m", *LIST_SWEEP, cwd=tmp_path, check=True)
+    sweep = tmp_path / "sw"
+    table = pd.read_csv(sweep / "summary.csv")
+    assert list(table.columns[:3]) == ["job", "status", "adversary.nodes"]
+    assert list(table.job) == [0, 1] and (table.status == "completed").all()
+    assert list(table["adversary.nodes"]) == ["[0]", "[1]"]
+
+    # The same sweep as a preset's sweeper params: the command line no longer names the swept key.
+    config = OmegaConf.load(sweep / "multirun.yaml")
+    config.hydra.overrides.task = [o for o in config.hydra.overrides.task if "adversary.nodes" not in o]
+    config.hydra.sweeper.params = {"adversary.nodes": "[0],[1]"}
+    config.hydra.sweep.dir = str(sweep)  # the callback runs here, not in the sweep's working directory
+    OmegaConf.save(config, sweep / "multirun.yaml")
+    (sweep / "summary.csv").unlink()
+    SweepSummary().on_multirun_end(config)
+    rebuilt = pd.read_csv(sweep / "summary.csv")
+    assert SweepSummary.jobs == 2 and len(rebuilt) == 2
+    assert list(rebuilt["adversary.nodes"]) == ["[0]", "[1]"]
+    assert rebuilt.drop(columns="adversary.nodes").equals(table.drop(columns="adversary.nodes"))
+    assert swept_overrides(sweep) == ["adversary.nodes"]
+
+    found = load_sweep(sweep)
+    assert found.keys == ["adversary.nodes"]
+    stats = aggregate(found)
+    assert set(stats["adversary.nodes"]) == {"[0]", "[1]"} and (stats["count"] == 1).all()
+    code, out, _ = _main(capsys, "report", str(sweep))
+    assert code == 0 and "swept keys: adversary.nodes" in out
+    report = pd.read_csv(sweep / "report" / "aggregate.csv")
+    assert set(report["adversary.nodes"]) == {"[0]", "[1]"}
+    code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(sweep))
+    assert code == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "multirun.yaml").write_bytes((sweep / "multirun.yaml").read_bytes())
+    changed = rebuilt.copy()
+    changed.loc[1, "mean_psnr"] += 1.0
+    changed.to_csv(other / "summary.csv", index=False)
+    code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(other))
+    diff = pd.read_csv(io.StringIO(out))
+    assert code == 1 and list(diff.change) == ["changed"]
+    assert diff.key[0] == "adversary.nodes=[1]" and diff.column[0] == "mean_psnr"

@@ -35,16 +35,36 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
-def swept_overrides(sweep: Path) -> list[str]:
-    """Keys of the sweep overrides in ``multirun.yaml`` (``[]`` when the folder has none)."""
+def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
+    """Number of jobs and swept keys of a basic-sweeper multirun, as Hydra's ``BasicSweeper`` expands it.
+
+    A sweep is the sweeper's ``params`` (``hydra.sweeper.params`` of an experiment preset, such as
+    ``adversary.nodes: "[0],[1],..."`` and ``seed: range(10)``) followed by the command line overrides
+    (``task``); a command line override of the same key replaces that parameter (``seed=0`` fixes a swept
+    seed). Counting the command line alone misses every parameter the preset sweeps.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    given = [f"{k}={v}" for k, v in (params or {}).items()] + list(task)
+    parsed = OverridesParser.create().parse_overrides(given)
+    final = {o.get_key_element(): o for o in parsed}  # the last override of a key wins, in first place
+    keys = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
+    return len(BasicSweeper.split_arguments(parsed, None)[0]), keys
+
+
+def _params(hydra: Any) -> Any:
+    sweeper = hydra.get("sweeper") or {}
+    return sweeper.get("params") or {}
+
+
+def swept_overrides(sweep: Path) -> list[str]:
+    """Swept keys of the sweep in ``multirun.yaml``, the sweeper's params included (``[]`` without one)."""
     file = Path(sweep) / "multirun.yaml"
     if not file.is_file():
         return []
-    task = list(OmegaConf.load(file).hydra.overrides.task)
-    parsed = OverridesParser.create().parse_overrides(task)
-    return [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
+    hydra = OmegaConf.load(file).hydra
+    return sweep_plan(list(hydra.overrides.task), _params(hydra))[1]
 
 
 class SweepSummary(Callback):
@@ -55,12 +75,8 @@ class SweepSummary(Callback):
     jobs = 0
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         sweep = Path(config.hydra.sweep.dir)
-        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-        jobs = len(BasicSweeper.split_arguments(parsed, None)[0])
+        jobs = sweep_plan(list(config.hydra.overrides.task), _params(config.hydra))[0]
         # A reused sweep folder may hold job folders of an earlier, larger grid: they are not this sweep.
         table = collect(sweep, jobs)
         if table.empty:
