@@ -29,7 +29,7 @@ from decpriv.report.run_folder import RunFolder
 from decpriv.rng import Seeds
 from decpriv.setup import Setup
 from decpriv.truth import Truth
-from decpriv.validation import validate
+from decpriv.validation import PLUGIN_GROUPS, validate
 
 
 def resolve_device(name: str) -> torch.device:
@@ -92,6 +92,20 @@ def build(cfg: DictConfig) -> Setup:
     return setup
 
 
+def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
+    """:func:`build`, naming the protocol's default attack when it is the one that refuses the config."""
+    try:
+        return build(cfg)
+    except ConfigError as error:
+        default = choices.get("attack")
+        if default is None or default != f"{choices.get('protocol')}_default":
+            raise
+        raise ConfigError(
+            f"{error} (attack={default} is what protocol={choices['protocol']} runs by default: "
+            "add ~attack to run without it, or pick another attack)"
+        ) from None
+
+
 def precheck(cfg: DictConfig) -> None:
     """The cheap part of :func:`build` (no data loading): used to check every job of a sweep up front."""
     validate(cfg)
@@ -149,8 +163,9 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
 
 def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
     """Config as summary.csv columns: group choices (``topology``) then dotted leaves (``topology.n``)."""
-    out: dict[str, Any] = {
-        group: ("none" if choice is None else choice) for group, choice in sorted(choices.items())
+    out: dict[str, Any] = {  # an optional group whose choice has no yaml (gossip_default) is absent: none
+        group: ("none" if choice is None or (group in PLUGIN_GROUPS and cfg.get(group) is None) else choice)
+        for group, choice in sorted(choices.items())
     }
 
     def walk(node: Any, prefix: str) -> None:
@@ -188,7 +203,7 @@ def run(
     )
     try:
         with folder.phase("build"):
-            setup = build(cfg)
+            setup = build_explained(cfg, choices or {})
         with folder.phase("simulate"):
             outcome, view = simulate(setup, show_progress)
         report = Report(tables={"history": outcome.history}, summary=dict(outcome.summary))

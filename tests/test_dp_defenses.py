@@ -134,6 +134,7 @@ def test_muffliato_clips_then_adds_noise_once():
 
 LSQ = (
     "data=least_squares",
+    "~attack",
     "partition=contiguous",
     "model=linear_regression",
     "protocol.batch_size=null",

@@ -33,6 +33,35 @@ def test_default_run_writes_a_complete_run_folder(cli, tmp_path):
     assert history.test_accuracy.iloc[-1] > history.test_accuracy.iloc[0]
     assert (run / ".hydra" / "config.yaml").is_file()
     assert str(run.name) in proc.stdout and "test_accuracy" in proc.stdout
+    # D-SGD's default attack: one curious node runs membership inference on what it receives
+    assert summary.attack[0] == "dsgd_default" and summary["adversary.count"][0] == 1
+    mia = pd.read_csv(run / "mia.csv")
+    assert set(mia.view) == {"received", "marginalised", "auto"} and mia.victim.nunique() == 2
+    assert 0.4 < summary.mia_received_auc[0] < 0.7  # softmax on digits barely overfits: measured 0.505
+    assert (run / "plots" / "mia_vs_generalisation.png").stat().st_size > 10_000
+    assert "mia_marginalised_auc" in proc.stdout
+
+
+def test_a_protocol_without_a_default_attack_trains_only(cli, tmp_path):
+    cli("run", "protocol=gossip", "partition=one_per_node", "topology.n=8", "hydra.run.dir=g", check=True)
+    summary = pd.read_csv(tmp_path / "g" / "summary.csv")
+    assert summary.attack[0] == "none" and not any(c.startswith("mia_") for c in summary.columns)
+
+
+def test_the_default_attack_names_itself_when_it_refuses(cli, tmp_path):
+    lsq = [
+        "data=least_squares",
+        "model=linear_regression",
+        "partition=contiguous",
+        "protocol.batch_size=null",
+    ]
+    proc = cli("run", *lsq, "hydra.run.dir=l")
+    assert proc.returncode == 2
+    assert (
+        "attack=dsgd_default is what protocol=dsgd runs by default" in proc.stderr
+        and "~attack" in proc.stderr
+    )
+    cli("run", *lsq, "~attack", "protocol.rounds=3", "hydra.run.dir=l2", check=True)
 
 
 def test_overrides_and_hydra_run_dir(cli, tmp_path):

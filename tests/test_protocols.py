@@ -203,6 +203,7 @@ def test_fedavg_local_epochs_and_fedsgd():
 def decor_quadratics(*overrides: str):
     return build(
         "data=least_squares",
+        "~attack",
         "model=linear_regression",
         "partition=contiguous",
         "protocol.batch_size=null",

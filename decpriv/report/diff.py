@@ -26,6 +26,7 @@ ROW_KEYS = (
     "target",
     "victim",
     "attacker",
+    "view",
     "threat",
     "alpha",
 )

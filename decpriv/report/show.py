@@ -1,5 +1,6 @@
 """Terminal output: the headline of a run, ``decpriv list``, ``decpriv show`` and ``decpriv diff``."""
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -10,6 +11,10 @@ from rich.table import Table
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.document import markdown_table
 from decpriv.report.run_folder import read_status
+
+DETAIL = re.compile(
+    r"(_min|_max|_median|_tpr_at_0\.1pct_fpr|_max_advantage)$"
+)  # kept for the table, not the headline
 
 
 def _fmt(value: object) -> str:
@@ -27,9 +32,12 @@ def print_headline(run: Path, console: Console) -> None:
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in meta.get("metrics", []):
-        if key in summary:
-            table.add_row(key, _fmt(summary[key]))
+    metrics = [key for key in meta.get("metrics", []) if key in summary]
+    shown = [key for key in metrics if not DETAIL.search(key)]
+    for key in shown:
+        table.add_row(key, _fmt(summary[key]))
+    if len(shown) < len(metrics):
+        table.caption = f"{len(metrics) - len(shown)} more in summary.csv (decpriv show)"
     console.print(table)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)
 
