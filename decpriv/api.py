@@ -55,6 +55,14 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictCon
     return cfg, choices
 
 
+def sweeper_params(overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """``hydra.sweeper.params`` after composition: the sweep an experiment preset declares."""
+    with initialize_config_module("decpriv.conf", version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    params = cfg.hydra.sweeper.get("params")
+    return {} if params is None else OmegaConf.to_container(params)
+
+
 def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:
     """Run one experiment into ``out_dir`` (default ``runs/<date>/<time>``) and load its tables."""
     cfg, choices = compose_config(overrides)
