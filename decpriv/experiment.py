@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import DataSpec, View
+from decpriv.attacks.base import Attack
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, bad
@@ -85,6 +86,15 @@ def build(cfg: DictConfig) -> Setup:
                 0,
                 f"attack={attack.name} needs corrupt nodes",
                 "set adversary.count or adversary.nodes",
+            )
+        forges = type(attack).behaviour is not Attack.behaviour
+        if forges and type(defense).aggregate is not Defense.aggregate:
+            raise bad(
+                "defense",
+                defense.name,
+                f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
+                "replaces by its own aggregation rule",
+                "drop the defense or use a passive attack",
             )
         attack.check(setup)
     if accountant is not None:

@@ -185,3 +185,13 @@ def test_list_show_and_hydra_flags(cli, tmp_path):
     job_cfg = cli("run", "--cfg", "job", "topology=complete", check=True).stdout
     assert "decpriv.graphs.topologies.complete" in job_cfg
     assert cli("run", "--info", "defaults").returncode == 0
+
+
+def test_an_active_attack_is_refused_under_a_robust_aggregation_rule():
+    from decpriv.api import compose_config
+    from decpriv.errors import ConfigError
+    from decpriv.experiment import build
+
+    cfg, _ = compose_config(["attack=echo", "defense=self_centred_clipping", "adversary.nodes=[0]"])
+    with pytest.raises(ConfigError, match="defense='self_centred_clipping': attack=echo forges messages"):
+        build(cfg)
