@@ -26,6 +26,7 @@ from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Report
+from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder
 from decpriv.rng import Seeds
 from decpriv.setup import Setup
@@ -223,6 +224,9 @@ def run(
         if "tries" in setup.network.graph.graph:
             report.summary["graph_tries"] = setup.network.graph.graph["tries"]
         report.summary.update(setup.defense.summary())
+        curves = training_curves(outcome.history, f"{setup.protocol.name} on {setup.network.n} nodes")
+        if curves is not None:
+            report.figures["plots/training.png"] = curves
         truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
         if setup.attack is not None:
             with folder.phase("attack"):

@@ -32,6 +32,7 @@ def test_default_run_writes_a_complete_run_folder(cli, tmp_path):
     assert history["round"].iloc[0] == 0 and history["round"].iloc[-1] == 100
     assert history.test_accuracy.iloc[-1] > history.test_accuracy.iloc[0]
     assert (run / ".hydra" / "config.yaml").is_file()
+    assert (run / "plots" / "training.png").stat().st_size > 10_000
     assert str(run.name) in proc.stdout and "test_accuracy" in proc.stdout
     # D-SGD's default attack: one curious node runs membership inference on what it receives
     assert summary.attack[0] == "dsgd_default" and summary["adversary.count"][0] == 1

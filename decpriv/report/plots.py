@@ -115,3 +115,31 @@ def metric_plot(
     ax.grid(alpha=0.3)
     ax.set_title(title)
     return fig
+
+
+TRAINING_PANELS = (
+    ("loss", ("train_loss", "optimality_gap", "mse")),
+    ("accuracy", ("test_accuracy", "train_accuracy", "local_test_accuracy_mean")),
+    ("consensus distance", ("consensus_distance",)),
+)
+
+
+def training_curves(history: pd.DataFrame, title: str) -> Figure | None:
+    """One panel per kind of training metric present in history.csv, against the round (None if none)."""
+    panels = [(name, [c for c in cols if c in history]) for name, cols in TRAINING_PANELS]
+    panels = [(name, cols) for name, cols in panels if cols]
+    if not panels or len(history) < 2:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (name, cols) in zip(axes[0], panels, strict=True):
+        for c in cols:
+            ax.plot(history["round"], history[c], marker=".", label=c)
+        if name == "loss" and (history[cols] > 0).all().all():
+            ax.set_yscale("log")
+        ax.set_xlabel("round")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
