@@ -255,3 +255,16 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     diff = pd.read_csv(io.StringIO(out))
     assert code == 1 and list(diff.change) == ["changed"]
     assert diff.key[0] == "adversary.nodes=[1]" and diff.column[0] == "mean_psnr"
+
+
+def test_aggregate_orders_list_valued_keys_by_number_and_averages_seeds():
+
+    from decpriv.report.aggregate import Sweep, aggregate
+
+    nodes = ["[10]", "[1]", "[2]", "[10]", "[1]", "[2]"]
+    table = pd.DataFrame(
+        {"job": range(6), "status": "completed", "adversary.nodes": nodes, "seed": [0, 0, 0, 1, 1, 1]}
+    ).assign(acc=[0.5, 0.1, 0.2, 0.7, 0.3, 0.4])
+    stats = aggregate(Sweep(Path("."), table, ["adversary.nodes", "seed"], ["acc"]))
+    assert stats["adversary.nodes"].tolist() == ["[1]", "[2]", "[10]"]
+    assert stats["mean"].tolist() == pytest.approx([0.2, 0.3, 0.6]) and (stats["count"] == 2).all()

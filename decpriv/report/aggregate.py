@@ -83,7 +83,16 @@ def aggregate(sweep: Sweep) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=[*keys, "metric", "mean", "std", "count", "failed"])
     out = pd.concat(parts, ignore_index=True)
+    if keys:
+        out = out.sort_values(keys, key=_natural, kind="stable", ignore_index=True)
     return out.drop(columns=["_all"], errors="ignore")
+
+
+def _natural(column: pd.Series) -> pd.Series:
+    """Sort text with numbers by value (``[2]`` before ``[10]``); numeric columns as they are."""
+    if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+        return column
+    return column.astype(str).str.replace(r"\d+", lambda m: m.group().zfill(12), regex=True)
 
 
 def varying_metrics(sweep: Sweep) -> list[str]:
