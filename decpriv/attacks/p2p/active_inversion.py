@@ -18,8 +18,8 @@ import torch
 from decpriv.adversary.behaviour import Forgery
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
-from decpriv.attacks.p2p.state_override import Override, coverable
+from decpriv.attacks.p2p.neighbourhood import columns
+from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import image_grid
@@ -114,35 +114,11 @@ class ActiveInversion(Attack):
                 f"the read happens one round later; the run has {proto.rounds}",
                 f"use 0..{proto.rounds - 2}",
             )
-        require_neighbours(net, adv.nodes)
-        victims, _ = coverable(net, adv.nodes, adv.observed_senders(net))
-        if self.victim is not None and self.victim not in set(victims.tolist()):
-            missing = (
-                np.setdiff1d(closed(net, self.victim), adv.observed_senders(net))
-                if 0 <= self.victim < net.n
-                else []
-            )
-            raise bad(
-                "attack.victim",
-                self.victim,
-                f"not an attacker's neighbour whose neighbours the attackers all hear (missing {list(missing)})",
-                f"use one of {victims.tolist()}",
-            )
-        if victims.size == 0:
-            raise bad(
-                "adversary.nodes",
-                adv.nodes.tolist(),
-                "no neighbour can be overridden",
-                "corrupt better-connected nodes",
-            )
+        override_targets(net, adv, self.victim)
 
     def behaviour(self, setup: Setup) -> TrapOverride:
         net, adv = setup.network, setup.adversary
-        heard = adv.observed_senders(net)
-        victims, forgers = coverable(net, adv.nodes, heard)
-        if self.victim is not None:
-            keep = victims == self.victim
-            victims, forgers = victims[keep], forgers[keep]
+        victims, forgers, heard = override_targets(net, adv, self.victim)
         local = setup.local
         own = local.x[adv.nodes][local.mask[adv.nodes]].flatten(1).double()
         trap = trap_weights(

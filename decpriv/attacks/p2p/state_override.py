@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours, require_victim
+from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
@@ -37,6 +38,43 @@ def coverable(network: Network, attackers: np.ndarray, heard: np.ndarray) -> tup
     inside = ~((network.adjacency[honest].toarray() > 0) & ~heard_mask[None, :]).any(1)
     ok = adj.any(0) & inside
     return honest[ok], attackers[adj[:, ok].argmax(0)]
+
+
+def override_targets(
+    network: Network, adversary: Adversary, victim: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The victims an override reaches (every coverable neighbour, or ``victim`` alone), the attacker
+    forging for each, and the senders the attackers hear; refuses (ConfigError) when there is none."""
+    attackers = adversary.nodes
+    require_neighbours(network, attackers)
+    heard = adversary.observed_senders(network)
+    victims, forgers = coverable(network, attackers, heard)
+    if victim is not None and victim not in set(victims.tolist()):
+        adjacent = 0 <= victim < network.n and bool(network.adjacency[attackers][:, [victim]].sum())
+        if not adjacent:
+            raise bad(
+                "attack.victim",
+                victim,
+                f"the victim must be a neighbour of attacker {' or '.join(map(str, attackers.tolist()))}",
+                f"use one of {victims.tolist()}",
+            )
+        raise bad(
+            "attack.victim",
+            victim,
+            f"the attackers do not hear the victim's neighbours {np.setdiff1d(closed(network, victim), heard).tolist()}",
+            "corrupt one of them too or pick a victim whose neighbours all neighbour the attackers",
+        )
+    if victims.size == 0:
+        raise bad(
+            "adversary.nodes",
+            attackers.tolist(),
+            "no neighbour of the attackers has all its neighbours among the attackers' neighbours",
+            "corrupt more or better-connected nodes (adversary.strategy=max_degree)",
+        )
+    if victim is not None:
+        keep = victims == victim
+        victims, forgers = victims[keep], forgers[keep]
+    return victims, forgers, heard
 
 
 class Override(Behaviour):
@@ -118,39 +156,16 @@ class StateOverride(Attack):
                 "the override targets D-PSGD's averaging",
                 "use protocol=dsgd gossip_steps=1",
             )
-        require_neighbours(net, adv.nodes)
         self.rounds = setup.protocol.rounds
         if self.start is not None and self.start >= self.rounds:
             raise bad(
                 "attack.start", self.start, f"the run has {self.rounds} rounds", f"use 0..{self.rounds - 1}"
             )
-        heard = adv.observed_senders(net)
-        if self.victim is not None:
-            require_victim(net, int(adv.nodes[0]), self.victim)
-            missing = np.setdiff1d(closed(net, self.victim), heard)
-            if missing.size:
-                raise bad(
-                    "attack.victim",
-                    self.victim,
-                    f"the attackers do not hear the victim's neighbours {missing.tolist()}",
-                    "corrupt one of them too or pick a victim whose neighbours all neighbour the attackers",
-                )
-        victims, _ = coverable(net, adv.nodes, heard)
-        if victims.size == 0:
-            raise bad(
-                "adversary.nodes",
-                adv.nodes.tolist(),
-                "no neighbour of the attackers has all its neighbours among the attackers' neighbours",
-                "corrupt more or better-connected nodes (adversary.strategy=max_degree)",
-            )
+        override_targets(net, adv, self.victim)
 
     def behaviour(self, setup: Setup) -> Override:
         net, adv = setup.network, setup.adversary
-        heard = adv.observed_senders(net)
-        victims, forgers = coverable(net, adv.nodes, heard)
-        if self.victim is not None:
-            keep = victims == self.victim
-            victims, forgers = victims[keep], forgers[keep]
+        victims, forgers, heard = override_targets(net, adv, self.victim)
         start = self.rounds - 1 if self.start is None else self.start
         self.forger = Override(net, adv.nodes, victims, forgers, heard, start, self.rushing, self.target)
         return self.forger
