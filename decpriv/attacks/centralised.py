@@ -14,17 +14,15 @@ one full-batch local step from the broadcast global model w, so the client's gra
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.inversion import Inversion, InversionConfig, invert, match
+from decpriv.attacks.inversion import Inversion, InversionConfig, invert
+from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.errors import bad
-from decpriv.metrics import images
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.report.findings import Report
-from decpriv.report.plots import image_grid
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 
@@ -33,10 +31,6 @@ from decpriv.truth import Truth
 class Reconstructions:
     victims: np.ndarray
     inversions: list[Inversion]
-
-
-def _unit(batches: list[torch.Tensor], low: float, high: float) -> np.ndarray:
-    return ((torch.cat(batches) - low) / (high - low)).numpy()
 
 
 class GradientInversion(Attack):
@@ -165,52 +159,34 @@ class GradientInversion(Attack):
 
     def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Report:
         data_range = view.data_spec.data_range or (0.0, 1.0)
-        rows, true_rows, rec_rows = [], [], []
-        for v, inv in zip(findings.victims, findings.inversions, strict=True):
-            keep = truth.local.mask[v].bool()
-            x, y = truth.local.x[v][keep], truth.local.y[v][keep]
-            perm = match(inv.x, x)
-            xr, yr = inv.x[perm].cpu(), inv.y[perm].cpu()
-            m, p, s = (
-                images.mse(xr, x, data_range),
-                images.psnr(xr, x, data_range),
-                images.ssim(xr, x, data_range),
-            )
-            for i in range(len(x)):
-                rows.append(
-                    {
-                        "victim": int(v),
-                        "example": i,
-                        "true_label": int(y[i]),
-                        "label": int(yr[i]),
-                        "label_correct": bool(yr[i] == y[i]),
-                        "mse": float(m[i]),
-                        "psnr": float(p[i]),
-                        "ssim": float(s[i]),
-                        "objective": inv.objective,
-                    }
-                )
-            true_rows.append(x)
-            rec_rows.append(xr.clamp(*data_range))
-        table = pd.DataFrame(rows)
-        low, high = data_range
-        figure = image_grid(
-            [("true", _unit(true_rows, low, high)), ("reconstructed", _unit(rec_rows, low, high))],
-            captions=[f"{r.psnr:.1f} dB" for r in table.itertuples()],
-            title=f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}",
+        image = len(view.data_spec.input_shape) == 3
+        inversions = findings.inversions
+        scored = score_batches(
+            findings.victims,
+            [inv.x for inv in inversions],
+            [inv.y for inv in inversions],
+            [inv.objective for inv in inversions],
+            truth,
+            data_range,
+            image,
         )
-        # a perfect reconstruction has infinite PSNR; cap it so the mean stays a number
-        finite = table["psnr"].clip(upper=100.0)
+        table = scored.table
         summary = {
-            "attack_psnr": float(finite.mean()),
-            "attack_ssim": float(table["ssim"].mean()),
-            "attack_mse": float(table["mse"].mean()),
+            "attack_l2_error": float(table["l2_error"].mean()),
             "attack_label_accuracy": float(table["label_correct"].mean()),
-            "attack_objective": float(np.mean([inv.objective for inv in findings.inversions])),
+            "attack_objective": float(np.mean([inv.objective for inv in inversions])),
         }
-        return Report(
-            tables={"attack": table}, summary=summary, figures={f"reconstructions/{self.name}.png": figure}
-        )
+        figures = {}
+        if image:
+            # a perfect reconstruction has infinite PSNR; cap it so the mean stays a number
+            summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
+            summary["attack_ssim"] = float(table["ssim"].mean())
+            summary["attack_mse"] = float(table["mse"].mean())
+            title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
+            figures[f"reconstructions/{self.name}.png"] = reconstruction_grid(
+                scored, data_range, "reconstructed", title
+            )
+        return Report(tables={"attack": table}, summary=summary, figures=figures)
 
 
 class DLG(GradientInversion):

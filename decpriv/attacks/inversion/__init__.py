@@ -5,7 +5,8 @@ differential gradient attack, the peer-to-peer attacks and the knowledge-matrix 
 
 - :func:`invert` with :class:`InversionConfig` -> :class:`Inversion` (engine.py)
 - :func:`infer_labels`, :func:`candidate_labels` (labels.py)
-- :func:`match` (matching.py), and image scores in :mod:`decpriv.metrics.images`.
+- :func:`match` (matching.py), and image scores in :mod:`decpriv.metrics.images`;
+- :func:`~decpriv.attacks.inversion.scoring.score_batches` and `reconstruction_grid` (scoring.py) for `evaluate`.
 """
 
 from decpriv.attacks.inversion.engine import Inversion, InversionConfig, dummy_gradient, invert

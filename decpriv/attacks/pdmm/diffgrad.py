@@ -18,17 +18,15 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 import torch
 
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.inversion import InversionConfig, invert, match
+from decpriv.attacks.inversion import InversionConfig, invert
+from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.attacks.pdmm.leak import Assumed, check_assumptions, check_pdmm, extract
 from decpriv.errors import bad
-from decpriv.metrics import images
 from decpriv.report.findings import Report
-from decpriv.report.plots import image_grid
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 
@@ -169,38 +167,10 @@ class DiffGrad(Attack):
         spec = view.data_spec
         is_image = len(spec.input_shape) == 3
         data_range = spec.data_range or (0.0, 1.0)
-        rows, true_rows, rec_rows = [], [], []
-        for v, xr, yr, obj in zip(findings.victims, findings.x, findings.y, findings.objective, strict=True):
-            keep = truth.local.mask[v].bool()
-            x, y = truth.local.x[v][keep].to(xr.dtype), truth.local.y[v][keep]
-            # a difference quantised to zero has no bias part: the closed form is undefined there
-            finite = torch.isfinite(xr).flatten(1).all(1)
-            xr = torch.where(finite.reshape(-1, *[1] * (xr.dim() - 1)), xr, torch.zeros_like(xr))
-            perm = match(xr, x)
-            xr, yr, finite = xr[perm], yr[perm], finite[perm]
-            l2 = (xr - x).flatten(1).norm(dim=1)
-            scores = (
-                {"psnr": images.psnr(xr, x, data_range), "ssim": images.ssim(xr, x, data_range)}
-                if is_image
-                else {}
-            )
-            for i in range(len(x)):
-                rows.append(
-                    {
-                        "victim": int(v),
-                        "example": i,
-                        "true_label": int(y[i]),
-                        "label": int(yr[i]),
-                        "label_correct": bool(yr[i] == y[i]),
-                        "defined": bool(finite[i]),
-                        "l2_error": float(l2[i]),
-                        **{key: float(val[i]) for key, val in scores.items()},
-                        "objective": obj,
-                    }
-                )
-            true_rows.append(x)
-            rec_rows.append(xr.clamp(*data_range))
-        table = pd.DataFrame(rows)
+        scored = score_batches(
+            findings.victims, findings.x, findings.y, findings.objective, truth, data_range, is_image
+        )
+        table = scored.table
         summary = {
             "attack_method": findings.method,
             "attack_t_max": findings.t_max,
@@ -216,11 +186,10 @@ class DiffGrad(Attack):
         if is_image:
             summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
             summary["attack_ssim"] = float(table["ssim"].mean())
-            low, high = data_range
-            unit = [((torch.cat(r) - low) / (high - low)).numpy() for r in (true_rows, rec_rows)]
-            figures["reconstructions/diffgrad.png"] = image_grid(
-                [("true", unit[0]), ("diffgrad", unit[1])],
-                captions=[f"{r.psnr:.1f} dB" for r in table.itertuples()],
-                title=f"diffgrad on PDMM: round {self.round}, anchored at t_max={findings.t_max}",
+            figures["reconstructions/diffgrad.png"] = reconstruction_grid(
+                scored,
+                data_range,
+                "diffgrad",
+                f"diffgrad on PDMM: round {self.round}, anchored at t_max={findings.t_max}",
             )
         return Report(tables={"attack": table}, summary=summary, figures=figures)
