@@ -105,13 +105,12 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
     from decpriv.experiment import precheck
     from decpriv.report.resume import check_fixed_folder, take_resume
 
-    jobs, swept = [overrides], []
+    jobs = [overrides]
     if multirun:
         try:
             parsed = OverridesParser.create().parse_overrides(overrides)
         except Exception as error:
             raise ConfigError(str(error).strip().splitlines()[0]) from None
-        swept = [o.key_or_group.lstrip("+~") for o in parsed if o.is_sweep_override()]
         jobs = BasicSweeper.split_arguments(parsed, None)[0]
     for job in jobs:
         cfg = _compose_or_refuse(job)
@@ -124,7 +123,7 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
         from decpriv.report.sweep import sweep_plan
 
         return sweep_plan(overrides, sweeper_params(jobs[0]))
-    return len(jobs), swept
+    return 1, []
 
 
 def _run(args: list[str]) -> int:

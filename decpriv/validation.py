@@ -108,11 +108,3 @@ def validate(cfg: DictConfig) -> None:
         node = cfg.get(group)
         if node is not None:
             check_plugin(group, node)
-    adv = cfg.adversary
-    if not isinstance(adv.count, int) or adv.count < 0:
-        raise bad(
-            "adversary.count", adv.count, "a count is a non-negative integer", "use e.g. adversary.count=1"
-        )
-    nodes = OmegaConf.to_object(adv.nodes) if adv.nodes is not None else []
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
-        raise bad("adversary.nodes", nodes, "node indices are integers", "use e.g. adversary.nodes=[0,3]")

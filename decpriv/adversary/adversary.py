@@ -54,6 +54,10 @@ def choose_adversary(
 ) -> Adversary:
     """``adversary.nodes`` if given; else ``adversary.count`` nodes picked by ``adversary.strategy``."""
     n = network.n
+    if nodes and not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
+        raise bad(
+            "adversary.nodes", list(nodes), "node indices are integers", "use e.g. adversary.nodes=[0,3]"
+        )
     if nodes:
         chosen = np.array(sorted({int(v) for v in nodes}), dtype=np.int64)
         outside = chosen[(chosen < 0) | (chosen >= n)]

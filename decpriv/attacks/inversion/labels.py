@@ -64,9 +64,14 @@ def infer_labels(model: FunctionalModel, gradient: torch.Tensor, batch_size: int
     return torch.repeat_interleave(torch.arange(num_classes), counts.cpu())
 
 
+def label_multisets(num_classes: int, batch_size: int) -> int:
+    """How many multisets of B labels out of C there are: C(C + B - 1, B)."""
+    return math.comb(num_classes + batch_size - 1, batch_size)
+
+
 def candidate_labels(num_classes: int, batch_size: int, limit: int) -> torch.Tensor:
     """(K, B) every multiset of B labels out of C, K = C(C + B - 1, B); refused above ``limit``."""
-    count = math.comb(num_classes + batch_size - 1, batch_size)
+    count = label_multisets(num_classes, batch_size)
     if count > limit:
         raise bad(
             "attack.max_label_candidates",

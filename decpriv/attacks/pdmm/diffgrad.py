@@ -9,12 +9,12 @@ D_i^t = grad f_i(w_i^t) - grad f_i(w_i^{t+2}). It then solves
 with the shared inversion engine (:func:`decpriv.attacks.inversion.invert`): labels enumerated (a
 difference hides the label sign, Table 5.1), L-BFGS (30 iterations in the thesis, 500 in the paper),
 random-normal restarts, the best objective kept. ``labels=auto`` enumerates while the label multisets fit
-in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need. For logistic regression with n_i = 1 the difference is
-(sigma(w^t . x) - sigma(w^{t+2} . x)) [x; 1], so x = weight part / bias part in closed form (``analytic``).
+in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need.
+For logistic regression with n_i = 1 the difference is (sigma(w^t . x) - sigma(w^{t+2} . x)) [x; 1],
+so x = weight part / bias part in closed form (``analytic``).
 Reconstructions are matched to the true batch optimally before scoring.
 """
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,6 +23,7 @@ import torch
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
+from decpriv.attacks.inversion.labels import label_multisets
 from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.attacks.pdmm.leak import Assumed, check_assumptions, check_pdmm, extract
 from decpriv.errors import bad
@@ -115,7 +116,7 @@ class DiffGrad(Attack):
                 "data", setup.dataset.task, "the attack enumerates class labels", "use a classification set"
             )
         batch = self.batch_size or int(setup.local.counts[setup.adversary.nodes[0]])
-        candidates = math.comb(setup.dataset.num_classes + batch - 1, batch)
+        candidates = label_multisets(setup.dataset.num_classes, batch)
         if candidates > self.config.max_label_candidates:
             if self.labels == "enumerate":
                 raise bad(
