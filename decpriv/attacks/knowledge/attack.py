@@ -242,6 +242,10 @@ class KnowledgeMatrix(Attack):
             "attack_mode": "exact" if findings.exact is not None else "float64",
             **{f"knowledge_{key}": value for key, value in k.numerics.items()},
         }
+        if k.numerics["decided_by"] == "undecided":
+            # no certificate and float64 too close to call: a number here would enter averages unflagged
+            for key in ("fraction_reconstructed", "fraction_reconstructed_honest", "reconstructed_honest"):
+                summary[key] = float("nan")
         if findings.exact is not None:
             e = findings.exact
             summary["knowledge_rank_exact"] = e.rank

@@ -22,7 +22,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 import torch
 
-from decpriv.attacks.knowledge.matrix import Knowledge, observed_nodes, row_space
+from decpriv.attacks.knowledge.matrix import Knowledge, certifier, observed_nodes, row_space
 from decpriv.models.functional import FunctionalModel
 
 
@@ -33,6 +33,7 @@ class GradientSystem:
 
     targets: np.ndarray
     seen: np.ndarray
+    W_TT: sp.csr_array
     K: np.ndarray
     Y: np.ndarray
     covariance: np.ndarray
@@ -74,18 +75,22 @@ def gradient_system(
         k = np.clip(t[:, None] + t[None, :] - 2 * s, 0, 2 * steps - 2)
         cov += live[..., None, None] * P[k]
     covariance = cov.transpose(0, 2, 1, 3).reshape(steps * len(seen), steps * len(seen))
-    return GradientSystem(targets, seen, np.vstack(K), np.vstack(Y), covariance)
+    return GradientSystem(targets, seen, sp.csr_array(W_TT), np.vstack(K), np.vstack(Y), covariance)
 
 
 def solve_gradients(system: GradientSystem, solver: str, rcond: float | None, tol: float) -> Knowledge:
     """LS or GLS (whitened by the Cholesky factor of the covariance: same row space, so the same targets are
-    determined) estimate of the targets' steps g_T, with the row-space decision per target."""
+    determined) estimate of the targets' steps g_T, with the row-space decision per target (certified exactly
+    when float64's margins are ambiguous)."""
     K, Y = system.K, system.Y
+    # rows (sum_{i<=t} W_TT^i)[v, :] span what (W_TT^t)[v, :] span: the gossip certificate with no fixed rows
+    rows = np.searchsorted(system.targets, system.seen)
+    certify = certifier(system.W_TT, np.zeros(0, dtype=int), rows, K.shape[0] // len(rows))
     if solver == "gls":
         L = la.cholesky(system.covariance, lower=True)
         K = la.solve_triangular(L, K, lower=True)
         Y = la.solve_triangular(L, Y, lower=True)
-    return row_space(iter([(K, Y)]), K.shape[1], rcond, tol)
+    return row_space(iter([(K, Y)]), K.shape[1], rcond, tol, certify)
 
 
 def first_layer(model: FunctionalModel) -> tuple[int, int, tuple[int, int]] | None:

@@ -12,6 +12,7 @@ from decpriv.adversary.view import View
 from decpriv.attacks.knowledge.matrix import (
     Knowledge,
     exact_knowledge,
+    gossip_certifier,
     knowledge_blocks,
     observed_nodes,
     row_space,
@@ -34,8 +35,10 @@ def observations(view: View, steps: int) -> Iterator[tuple[np.ndarray, np.ndarra
 def reconstruct(
     view: View, steps: int, rcond: float | None, tol: float, exact: bool
 ) -> tuple[Knowledge, Knowledge | None]:
-    """The float64 answer (with values) from the first ``steps`` recorded messages x^0 .. x^{T-1} and, when
-    ``exact``, the rational answer for the same K_T."""
-    floating = row_space(observations(view, steps), view.network.n, rcond, tol)
+    """The answer (with values) from the first ``steps`` recorded messages x^0 .. x^{T-1}: float64 where its
+    margins are clear, certified by modular arithmetic where not; when ``exact``, also sympy's rational RREF
+    of the same K_T (an independent check)."""
+    certify = gossip_certifier(view.network.W, view.attackers, steps)
+    floating = row_space(observations(view, steps), view.network.n, rcond, tol, certify)
     rational = exact_knowledge(view.network.W, view.attackers, steps) if exact else None
     return floating, rational

@@ -16,7 +16,7 @@ Exact mode: the same rows over the rationals (W's entries are ratios of small in
 matrices), reduced to RREF with sympy's DomainMatrix; e_j is in the row space iff it is a row of the RREF.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -24,7 +24,10 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from decpriv.errors import bad
+from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify
+from decpriv.errors import ConfigError, bad
+
+MARGIN = 1e3  # how far from a threshold a float64 decision must lie to be taken without a certificate
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,9 +67,52 @@ def knowledge_blocks(W: sp.csr_array, attackers: np.ndarray, steps: int) -> Iter
 
 
 def row_space(
-    blocks: Iterator[tuple[np.ndarray, np.ndarray]], n: int, rcond: float | None, tol: float
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]],
+    n: int,
+    rcond: float | None,
+    tol: float,
+    certify: Callable[[], Certificate | None] | None = None,
 ) -> Knowledge:
-    """Float64 row-space test on K_T given as blocks (K_t, Y_t); see the module docstring."""
+    """Float64 row-space test on K_T given as blocks (K_t, Y_t); when its margins are ambiguous, the decision
+    is handed to ``certify`` (:mod:`.modular`, exact) and the values are re-solved at the certified rank."""
+    R11, QtY, rows = fold_qr(blocks, n)
+    U, s, Vt = la.svd(R11, check_finite=False)
+    cutoff = (max(rows, n) * np.finfo(np.float64).eps if rcond is None else rcond) * s[0]
+    rank = int((s > cutoff).sum())
+    distance = np.linalg.norm(Vt[rank:].T, axis=1)
+    reconstructible = distance <= tol
+    numerics = {
+        "rank_cutoff": float(cutoff),
+        "smallest_kept_singular_value": float(s[rank - 1]) if rank else 0.0,
+        "largest_dropped_singular_value": float(s[rank]) if rank < n else 0.0,
+        "distance_tolerance": tol,
+        "largest_distance_reconstructed": float(distance[reconstructible].max(initial=0.0)),
+        "smallest_distance_not_reconstructed": float(distance[~reconstructible].min(initial=np.inf)),
+        "float_rank": rank,
+    }
+    numerics["float_ambiguous"] = ambiguous(numerics, rows, n)
+    numerics["decided_by"] = "float64"
+    numerics["float_disagreements"] = 0
+    numerics["certificate_primes"] = 0
+    estimate = solve_at_rank(U, s, Vt, QtY, rank)
+    groups = column_groups(R11)
+    if numerics["float_ambiguous"]:
+        certificate = certify() if certify is not None else None
+        numerics["decided_by"] = "undecided" if certificate is None else certificate.method
+        if certificate is not None:
+            numerics["float_disagreements"] = int((certificate.reconstructible != reconstructible).sum())
+            numerics["certificate_primes"] = certificate.primes
+            # nodes float64 already determined keep its better-conditioned solution
+            estimate = np.where(
+                reconstructible[:, None], estimate, solve_at_rank(U, s, Vt, QtY, certificate.rank)
+            )
+            rank, reconstructible, groups = certificate.rank, certificate.reconstructible, certificate.groups
+            distance = np.linalg.norm(Vt[rank:].T, axis=1)
+    return Knowledge(rows, rank, reconstructible, distance, groups, estimate, numerics)
+
+
+def fold_qr(blocks: Iterator[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(R11, Q^T Y, number of rows) of the QR of [K_T | Y_T], folding the blocks in as they come."""
     R = np.zeros((0, 0))
     rows, width, pending = 0, None, []
 
@@ -89,30 +135,28 @@ def row_space(
     k = min(R.shape[0], n)
     R11, QtY = np.zeros((n, n)), np.zeros((n, width - n))
     R11[:k], QtY[:k] = R[:k, :n], R[:k, n:]
-    U, s, Vt = la.svd(R11, check_finite=False)
-    cutoff = (max(rows, n) * np.finfo(np.float64).eps if rcond is None else rcond) * s[0]
-    rank = int((s > cutoff).sum())
-    null = Vt[rank:].T
-    distance = np.linalg.norm(null, axis=1)
-    reconstructible = distance <= tol
-    estimate = Vt[:rank].T @ ((U[:, :rank].T @ QtY) / s[:rank, None])
-    numerics = {
-        "rank_cutoff": float(cutoff),
-        "smallest_kept_singular_value": float(s[rank - 1]) if rank else 0.0,
-        "largest_dropped_singular_value": float(s[rank]) if rank < n else 0.0,
-        "distance_tolerance": tol,
-        "largest_distance_reconstructed": float(distance[reconstructible].max(initial=0.0)),
-        "smallest_distance_not_reconstructed": float(distance[~reconstructible].min(initial=np.inf)),
-    }
-    # Kept singular values close to the cutoff, or distances near the tolerance: the decision could
-    # flip with the thresholds (K_T's rows (W^t)[v,:] all tend to 1/n, so long horizons get here).
+    return R11, QtY, rows
+
+
+def solve_at_rank(U: np.ndarray, s: np.ndarray, Vt: np.ndarray, QtY: np.ndarray, rank: int) -> np.ndarray:
+    """Minimum-norm solution of R11 X = Q^T Y keeping the ``rank`` largest singular values."""
+    return Vt[:rank].T @ ((U[:, :rank].T @ QtY) / s[:rank, None])
+
+
+def ambiguous(numerics: dict[str, float], rows: int, n: int, margin: float = MARGIN) -> bool:
+    """True when float64 cannot be trusted with the decision: a kept singular value within ``margin`` of the
+    cutoff, a dropped one above cutoff / ``margin`` (a true zero lands near eps * s_max, far below), or a
+    row-space distance within ``margin`` of the tolerance on either side. K_T's rows (W^t)[v, :] all tend to
+    1/n, so long horizons get here."""
+    cutoff, tol = numerics["rank_cutoff"], numerics["distance_tolerance"]
     kept = numerics["smallest_kept_singular_value"]
-    numerics["ambiguous"] = bool(
-        (rank and kept < 1e3 * cutoff)
-        or numerics["largest_distance_reconstructed"] > 1e-3 * tol
-        or numerics["smallest_distance_not_reconstructed"] < 1e3 * tol
+    full = numerics["float_rank"] == min(rows, n)  # nothing more to keep: dropped values are exact zeros
+    return bool(
+        (kept and kept < margin * cutoff)
+        or (not full and numerics["largest_dropped_singular_value"] > cutoff / margin)
+        or numerics["largest_distance_reconstructed"] > tol / margin
+        or numerics["smallest_distance_not_reconstructed"] < margin * tol
     )
-    return Knowledge(rows, rank, reconstructible, distance, column_groups(R11), estimate, numerics)
 
 
 def column_groups(R11: np.ndarray, digits: int = 9) -> np.ndarray:
@@ -130,11 +174,50 @@ def canonical(labels: np.ndarray) -> np.ndarray:
 
 
 def float_knowledge(
-    W: sp.csr_array, attackers: np.ndarray, steps: int, rcond: float | None = None, tol: float = 1e-6
+    W: sp.csr_array,
+    attackers: np.ndarray,
+    steps: int,
+    rcond: float | None = None,
+    tol: float = 1e-6,
+    certified: bool = True,
 ) -> Knowledge:
-    """Reconstructibility alone (no values): the benchmark's "build K_T and decide"."""
+    """Reconstructibility alone (no values): the benchmark's "build K_T and decide" (``certified``: hand
+    ambiguous margins to the modular certificate, as the attack does)."""
     blocks = ((K_t, np.zeros((K_t.shape[0], 0))) for _, K_t in knowledge_blocks(W, attackers, steps))
-    return row_space(blocks, W.shape[0], rcond, tol)
+    check = gossip_certifier(W, attackers, steps) if certified else None
+    return row_space(blocks, W.shape[0], rcond, tol, check)
+
+
+def certifier(
+    M: sp.csr_array, fixed: np.ndarray, seen: np.ndarray, steps: int
+) -> Callable[[], Certificate | None] | None:
+    """The exact decision for K = [E_F; (M^t)[S, :], t < steps] as a deferred call (only ambiguous runs pay
+    for it), or None when M is not a matrix of small-denominator fractions."""
+    try:
+        rows, d = rational_matrix(M)
+    except ConfigError:
+        return None
+    integer = IntegerMatrix.from_rows(rows, d, M.shape[0])
+    return lambda: certify(integer, np.asarray(fixed), np.asarray(seen), steps)
+
+
+def gossip_certifier(
+    W: sp.csr_array, attackers: np.ndarray, steps: int
+) -> Callable[[], Certificate | None] | None:
+    """:func:`certifier` for K_T of gossip averaging (F = the attackers, S = their other neighbours), falling
+    back to sympy's rational RREF when no modular certificate is found."""
+    modular = certifier(W, attackers, observed_nodes(sp.csr_array(W != 0), attackers), steps)
+    if modular is None:
+        return None
+
+    def decide() -> Certificate:
+        found = modular()
+        if found is not None:
+            return found
+        exact = exact_knowledge(W, attackers, steps)
+        return Certificate(exact.rank, exact.reconstructible, exact.groups, 0, "rational")
+
+    return decide
 
 
 def rational_matrix(W: sp.csr_array, max_denominator: int = 10**6) -> tuple[dict[int, dict[int, int]], int]:
