@@ -66,13 +66,27 @@ def mean_error(solver, sigma, reps=20):
     return float(np.mean(errors))
 
 
-def test_noise_degrades_gracefully_and_gls_is_no_worse():
+def test_noise_degrades_linearly():
     ls = [mean_error("ls", s) for s in (1e-4, 1e-3, 1e-2)]
-    gls = [mean_error("gls", s) for s in (1e-4, 1e-3, 1e-2)]
     # linear in the noise: each tenfold increase multiplies the error by about ten
     assert 5 < ls[1] / ls[0] < 20 and 5 < ls[2] / ls[1] < 20
     assert ls[0] < 1e-2
-    assert all(g <= 1.02 * l for g, l in zip(gls, ls, strict=True))
+
+
+def test_gls_beats_ls_when_the_noise_is_correlated():
+    """The noise the attackers see accumulates through gossip (sum_i W_TT^i N^{t-i}), so observations are
+    correlated across rounds and neighbours; over a long horizon on a ring the Gauss-Markov bound for this
+    covariance is 26% below least squares' variance. Same noise draws for both solvers; with an identity
+    covariance GLS would equal LS and this fails."""
+    rng = np.random.default_rng(11)
+    squared = {"ls": 0.0, "gls": 0.0}
+    for _ in range(30):
+        state = rng.bit_generator.state
+        for solver in squared:
+            rng.bit_generator.state = state
+            k, g = attack(nx.cycle_graph(8), np.array([0]), 40, 1e-2, solver, rng)
+            squared[solver] += float(((k.estimate - g) ** 2).sum())
+    assert squared["gls"] < 0.85 * squared["ls"]
 
 
 @pytest.mark.parametrize("make", [softmax, lambda s, c: mlp(s, c, hidden=(16,))])

@@ -120,7 +120,7 @@ class KnowledgeMatrix(Attack):
         self.protocol = protocol.name
 
     def horizon(self, setup: Setup) -> int:
-        """T: ``attack.steps`` recorded steps (``fig2``: El Mrini et al.'s int(min(n p / |A|, n / 2)))."""
+        """T: ``attack.steps`` recorded steps (``fig2``: El Mrini et al.'s int(min(n p_20 / |A|, n / 2)))."""
         rounds = setup.protocol.rounds
         if self.steps_rule is None:
             return rounds
@@ -229,6 +229,7 @@ class KnowledgeMatrix(Attack):
         table.loc[findings.nodes, "error"] = err.numpy()
         summary = {
             "attackers": int(attacker.sum()),
+            "knowledge_steps": self.steps,
             "knowledge_rows": k.rows,
             "knowledge_rank": k.rank,
             "unknowns": len(findings.nodes),
