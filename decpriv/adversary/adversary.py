@@ -18,6 +18,7 @@ class Adversary:
 
     nodes: np.ndarray
     eavesdropper: bool = False
+    sybils: "SybilPair | None" = None
 
     @property
     def present(self) -> bool:
@@ -44,6 +45,61 @@ class Adversary:
         return directed[np.lexsort((directed[:, 1], directed[:, 0]))]
 
 
+@dataclass(frozen=True)
+class SybilPair:
+    """Two corrupt nodes placed around ``victim`` (Pasquini et al. 2023, Sec. 6.1, Fig. 10): the honest
+    members of N(b) are those of N(a) minus v (closed neighbourhoods), so SA(N(a)) - SA(N(b)) is v's
+    update; or, on a complete graph (``dropout``), b's aggregate leaves v out by faking its drop-out."""
+
+    victim: int
+    a: int
+    b: int
+    dropout: bool
+
+
+def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> SybilPair:
+    """The first pair (a, b) of the graph (or ``nodes``, in either order) realising the Sybil condition."""
+    n = network.n
+    if isinstance(victim, bool) or not isinstance(victim, int) or not 0 <= victim < n:
+        raise bad("adversary.sybils", victim, "the victim must be a node index", f"use 0..{n - 1} or null")
+    hood = network.adjacency.toarray() > 0
+    hood[np.arange(n), np.arange(n)] = True
+    if nodes:
+        pair = sorted({int(u) for u in nodes})
+        if len(pair) != 2 or victim in pair:
+            raise bad(
+                "adversary.nodes",
+                list(nodes),
+                "Sybils are two corrupt nodes other than the victim",
+                "give two indices or leave adversary.nodes empty to let the adversary place them",
+            )
+        cand_a = np.array(pair)
+        cand_b = np.array(pair[::-1])
+    else:
+        cand_a, cand_b = np.meshgrid(np.flatnonzero(hood[victim]), np.arange(n), indexing="ij")
+        cand_a, cand_b = cand_a.ravel(), cand_b.ravel()
+    keep = (cand_a != victim) & (cand_b != victim) & (cand_a != cand_b)
+    cand_a, cand_b = cand_a[keep], cand_b[keep]
+    differ = hood[cand_a] != hood[cand_b]
+    rows = np.arange(len(cand_a))
+    differ[rows, cand_a] = differ[rows, cand_b] = False
+    ok = hood[cand_a, victim] & ~hood[cand_b, victim] & (differ.sum(1) == 1)
+    if ok.any():
+        k = int(np.flatnonzero(ok)[0])
+        return SybilPair(victim, int(cand_a[k]), int(cand_b[k]), False)
+    if (network.degrees == n - 1).all():
+        others = np.array(sorted(nodes)) if nodes else np.setdiff1d(np.arange(n), [victim])[:2]
+        return SybilPair(victim, int(others[0]), int(others[1]), True)
+    raise bad(
+        "adversary.sybils",
+        victim,
+        "no two nodes a, b of this graph have N(b) = N(a) minus the victim, so no pair of Sybils' "
+        "aggregates differs by the victim's update alone",
+        "use topology=complete (fault-tolerant secure aggregation: b fakes the victim's drop-out) or a graph "
+        "with such a pair (docs/secure_aggregation.md)",
+    )
+
+
 def choose_adversary(
     network: Network,
     seeds: Seeds,
@@ -51,8 +107,10 @@ def choose_adversary(
     count: int = 0,
     strategy: str = "random",
     eavesdropper: bool = False,
+    sybils: int | None = None,
 ) -> Adversary:
-    """``adversary.nodes`` if given; else ``adversary.count`` nodes picked by ``adversary.strategy``."""
+    """``adversary.nodes`` if given; else ``adversary.count`` nodes picked by ``adversary.strategy``;
+    with ``adversary.sybils`` = a victim, two Sybils placed around it (``nodes`` may name them)."""
     n = network.n
     if nodes and not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
         raise bad(

@@ -2,6 +2,9 @@
 
 Memory is proportional to observed messages x recorded steps x parameters: only messages from observed
 senders (broadcast protocols) or on observed edges (per-edge protocols) are copied, to the CPU.
+A defense that masks messages per receiver (secure aggregation) switches the columns to the edges the
+adversary receives on (:meth:`Recorder.per_receiver`), adds the aggregates the corrupt nodes obtain, and
+keeps the plain messages apart for scoring only (:meth:`Recorder.truth`, never in the Transcript).
 """
 
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ class Transcript:
     receivers: np.ndarray
     times: np.ndarray
     values: torch.Tensor
+    aggregates: torch.Tensor | None = None  # (R, |A|, p) each corrupt node's secure-aggregation output
 
     def column(self, sender: int, receiver: int = -1) -> int:
         hit = np.flatnonzero((self.senders == sender) & (self.receivers == receiver))
@@ -40,6 +44,9 @@ class Recorder:
         self.enabled = enabled and self.senders.size > 0
         self._times: list[tuple[int, int]] = []
         self._values: list[torch.Tensor] = []
+        self._aggregates: list[torch.Tensor] = []
+        self._plain: list[torch.Tensor] = []
+        self.plain_senders = np.unique(self.senders)
 
     @classmethod
     def broadcast(cls, senders: np.ndarray, enabled: bool = True) -> "Recorder":
@@ -57,8 +64,36 @@ class Recorder:
         self._times.append((round_, step))
         self._values.append(rows.detach().to("cpu", copy=True))
 
+    def per_receiver(self, senders: np.ndarray, receivers: np.ndarray) -> None:
+        """Record one column per (sender, receiver) edge instead; only before the first record."""
+        if self._times:
+            raise RuntimeError("the recorder's columns cannot change once recording started")
+        self.senders = np.asarray(senders, dtype=np.int64)
+        self.receivers = np.asarray(receivers, dtype=np.int64)
+        self.plain_senders = np.unique(self.senders)
+
+    def record_hidden(self, aggregates: torch.Tensor, plain: torch.Tensor) -> None:
+        """After :meth:`record` of masked messages: the corrupt nodes' (|A|, p) aggregates (seen) and the
+        (n, p) plain messages (ground truth of the observed senders, for scoring only)."""
+        if not self.enabled:
+            return
+        self._aggregates.append(aggregates.detach().to("cpu", copy=True))
+        rows = plain[torch.as_tensor(self.plain_senders, device=plain.device)]
+        self._plain.append(rows.detach().to("cpu", copy=True))
+
+    def truth(self) -> dict[str, object]:
+        """The plain messages behind masked ones (empty when nothing was masked): scoring only."""
+        if not self._plain:
+            return {}
+        return {"plain_senders": self.plain_senders, "plain_messages": torch.stack(self._plain)}
+
     def transcript(self) -> Transcript:
         values = torch.stack(self._values) if self._values else torch.empty(0, self.senders.size, 0)
+        aggregates = torch.stack(self._aggregates) if self._aggregates else None
         return Transcript(
-            self.senders, self.receivers, np.array(self._times, dtype=np.int64).reshape(-1, 2), values
+            self.senders,
+            self.receivers,
+            np.array(self._times, dtype=np.int64).reshape(-1, 2),
+            values,
+            aggregates,
         )

@@ -87,8 +87,7 @@ class DSGD(Protocol):
         messages and an active adversary may replace its own, per receiver, at the first step."""
         x = messages
         for k in range(self.gossip_steps):
-            sim.recorder.record(round_, k, x)
-            mixed = sim.defense.aggregate(W, x)
+            mixed = sim.defense.exchange(W, x, sim.recorder, round_, k)
             if sim.behaviour is not None and k == 0:
                 seen = torch.as_tensor(sim.recorder.senders, device=x.device)
                 own = torch.as_tensor(sim.adversary.nodes, device=x.device)
@@ -132,4 +131,5 @@ class DSGD(Protocol):
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
         public = {"initial_model": initial[0]} if self.same_init else {}
-        return Outcome(history, theta, summary, truth={"initial_states": initial}, public=public)
+        truth = {"initial_states": initial, **sim.recorder.truth()}
+        return Outcome(history, theta, summary, truth=truth, public=public)

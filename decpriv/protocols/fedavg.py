@@ -105,14 +105,13 @@ class FedAvg(Protocol):
                 x, y, w = local.batch(self.batch_size, batches)
                 theta = theta - self.lr * sim.defense.gradients(model, theta, x, y, w, t, noise)
             updates = sim.defense.messages(theta, t, noise)
-            sim.recorder.record(t, 0, torch.where(sending[:, None], updates, global_model))
             participants.append(sending.cpu())
-            wsel = weights[chosen]
-            global_model = (wsel[:, None] * updates[chosen]).sum(0) / wsel.sum()
+            global_model = sim.defense.federate(updates, weights, chosen, global_model, sim.recorder, t)
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
         public = {"initial_model": initial, "participants": torch.stack(participants)}
-        return Outcome(history, global_model.expand(n, -1).clone(), summary, public=public)
+        final = global_model.expand(n, -1).clone()
+        return Outcome(history, final, summary, truth=sim.recorder.truth(), public=public)
 
 
 class FedSGD(FedAvg):

@@ -20,6 +20,7 @@ from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
+from decpriv.defenses.secure_aggregation import refuse_active
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import image_grid
@@ -81,6 +82,7 @@ class ActiveInversion(Attack):
 
     def check(self, setup: Setup) -> None:
         proto, model, net, adv = setup.protocol, setup.model, setup.network, setup.adversary
+        refuse_active(setup, "active_inversion")
         if proto.name != "dsgd" or proto.gossip_steps != 1:
             raise bad(
                 "protocol",

@@ -19,6 +19,7 @@ from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
+from decpriv.defenses.secure_aggregation import refuse_active
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
@@ -149,6 +150,7 @@ class StateOverride(Attack):
 
     def check(self, setup: Setup) -> None:
         net, adv = setup.network, setup.adversary
+        refuse_active(setup, "state_override")
         if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
             raise bad(
                 "protocol",

@@ -1,0 +1,299 @@
+"""Secure-aggregation evasion with two Sybils (Pasquini et al. 2023, Sec. 6.1, Fig. 10).
+
+The adversary controls A_a and A_b placed (``adversary.sybils`` = the victim v) so that the honest members
+of N(A_b) are those of N(A_a) minus v; each Sybil aggregates its closed neighbourhood under secure
+aggregation and learns only the sum, yet
+    Theta_v^{t+1/2} = SA(N(A_a)) / w_a - SA(N(A_b)) / w_b - (Sybils' own updates counted in one sum only),
+with w_g the (uniform, public) weight of group g, whatever the SA protocol. On a complete graph N(A_a) =
+N(A_b): with fault-tolerant SA, A_b claims v dropped out of its aggregation and its sum leaves v out.
+
+Every round the recovered update is then fed to the existing pipeline: the local step (gradient
+recovery, Sec. 4.2.1) wherever v's model before the step is known (the public common initial model at
+t = 0; A_a's previous aggregate when A_a and v aggregate the same group, as on a complete graph), its
+inversion (``attack.invert``), and membership inference. Beside it, the same is done with what a single
+curious node sees of v: the message v sent it (masked under SA) and its own aggregate.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.adversary import SybilPair
+from decpriv.adversary.recorder import Transcript
+from decpriv.adversary.view import View
+from decpriv.attacks.base import Attack
+from decpriv.attacks.inversion import InversionConfig, invert
+from decpriv.attacks.p2p.gradient_recovery import Recovered, score_images
+from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
+from decpriv.attacks.p2p.neighbourhood import updates
+from decpriv.attacks.p2p.scores import SCORES
+from decpriv.errors import bad
+from decpriv.graphs.network import Network
+from decpriv.report.findings import Report
+from decpriv.setup import Setup
+from decpriv.truth import Truth
+
+EXACT = 1e-6  # relative error below which a recovery counts as exact (float64 runs)
+
+
+def group_of(network: Network, node: int) -> tuple[np.ndarray, float]:
+    """Members of ``node``'s aggregation (nonzeros of its row of W) and their common weight, or NaN when
+    the weights differ (the Sybils then cannot un-weight their sums)."""
+    row = network.W[[node]]
+    members, weights = row.indices, row.data
+    common = float(weights[0]) if np.allclose(weights, weights[0], rtol=1e-12, atol=0) else float("nan")
+    return np.sort(members), common
+
+
+@dataclass(eq=False)
+class Evasion:
+    rounds: np.ndarray  # (R,) recorded rounds
+    recovered: torch.Tensor  # (R, p) SA(N(A_a)) / w_a - SA(N(A_b)) / w_b - corrections
+    received: torch.Tensor  # (R, p) the message v sent A_a (masked under SA)
+    aggregate: torch.Tensor  # (R, p) A_a's own aggregate (its next model)
+    bases: torch.Tensor  # (R, p) v's model before the round's step, NaN where unknown
+    recovery: Recovered | None = None  # inverted steps (attack.invert)
+
+
+def group_sum(transcript: Transcript, rows: np.ndarray, attackers: np.ndarray, network: Network, g: int):
+    """(R, p) the sum SA revealed to corrupt aggregator g, or without SA the weighted sum of the plain
+    updates it received (what it averages)."""
+    if transcript.aggregates is not None:
+        return transcript.aggregates[torch.as_tensor(rows), int(np.searchsorted(attackers, g))]
+    members, weight = group_of(network, g)
+    return weight * updates(transcript, members).sum(1)
+
+
+def received_from(transcript: Transcript, rows: np.ndarray, sender: int, receiver: int) -> torch.Tensor:
+    hit = (transcript.senders == sender) & np.isin(transcript.receivers, [receiver, -1])
+    return transcript.values[torch.as_tensor(rows), int(np.flatnonzero(hit)[0])]
+
+
+def evade(view: View, pair: SybilPair) -> Evasion:
+    """Every recorded round at once: the difference of the Sybils' sums, corrected for their own updates."""
+    T, net = view.transcript, view.network
+    rows = np.flatnonzero(T.times[:, 1] == 0)
+    rounds = T.times[rows, 0]
+    a, b, v = pair.a, pair.b, pair.victim
+    group_a, w_a = group_of(net, a)
+    group_b, w_b = group_of(net, b)
+    sum_a = group_sum(T, rows, view.attackers, net, a)
+    sum_b = group_sum(T, rows, view.attackers, net, b)
+    if pair.dropout and T.aggregates is None:  # without SA, A_b simply leaves v out of its own sum
+        sum_b = sum_b - w_b * received_from(T, rows, v, b)
+    own = updates(T, np.array([a, b]))[torch.as_tensor(rows)]  # (R, 2, p) the Sybils' own updates
+    only_a = torch.as_tensor([float(c in group_a) - float(c in group_b) for c in (a, b)], dtype=own.dtype)
+    recovered = sum_a / w_a - sum_b / w_b - torch.einsum("c,rcp->rp", only_a, own)
+    aggregate = sum_a / (w_a * len(group_a))
+    bases = torch.full_like(recovered, float("nan"))
+    initial = view.public.get("initial_model")
+    if initial is not None and rounds.size and rounds[0] == 0:
+        bases[0] = initial.to(bases.dtype)
+    group_v, w_v = group_of(net, v)
+    if np.array_equal(group_v, group_a) and w_v == w_a:  # v's model is A_a's previous aggregate
+        follows = np.flatnonzero(rounds[1:] == rounds[:-1] + 1) + 1
+        bases[follows] = aggregate[follows - 1]
+    received = received_from(T, rows, v, a)
+    return Evasion(rounds, recovered, received, aggregate, bases)
+
+
+class SybilEvasion(Attack):
+    """Recover one victim's update from two Sybils' aggregates; score it and the attacks it feeds."""
+
+    name = "sybil_evasion"
+
+    def __init__(
+        self,
+        invert: int = 0,
+        iterations: int = 200,
+        restarts: int = 1,
+        score: str = "mentr",
+        every: int = 1,
+        thresholds: int = 150,
+        permutations: int = 200,
+    ):
+        for key, value, low in (
+            ("invert", invert, 0),
+            ("iterations", iterations, 1),
+            ("restarts", restarts, 1),
+            ("every", every, 1),
+            ("thresholds", thresholds, 2),
+            ("permutations", permutations, 1),
+        ):
+            if value < low:
+                raise bad(f"attack.{key}", value, f"must be at least {low}", f"set attack.{key} >= {low}")
+        if score not in SCORES:
+            raise bad("attack.score", score, "unknown membership score", f"use one of {', '.join(SCORES)}")
+        self.invert, self.config = invert, InversionConfig(iterations=iterations, restarts=restarts)
+        self.score, self.every, self.thresholds, self.permutations = score, every, thresholds, permutations
+        self.pair: SybilPair | None = None
+
+    def check(self, setup: Setup) -> None:
+        proto, net, pair = setup.protocol, setup.network, setup.adversary.sybils
+        if proto.name != "dsgd" or proto.gossip_steps != 1:
+            raise bad(
+                "protocol",
+                proto.name,
+                "the Sybils difference D-PSGD aggregates of one gossip step",
+                "use protocol=dsgd gossip_steps=1",
+            )
+        if pair is None:
+            raise bad(
+                "adversary.sybils",
+                None,
+                "attack=sybil_evasion needs a victim with two Sybils placed around it",
+                "set adversary.sybils=<victim index>",
+            )
+        for g in (pair.a, pair.b):
+            if np.isnan(group_of(net, g)[1]):
+                raise bad(
+                    "gossip_matrix",
+                    setup.cfg.get("gossip_matrix", {}).get("_target_", "?"),
+                    f"Sybil {g} weights its group's members unequally, so its sum cannot be un-weighted",
+                    "use gossip_matrix=uniform (D-PSGD)",
+                )
+        if len(setup.dataset.x_test) == 0 or setup.dataset.task != "classification":
+            raise bad(
+                "data",
+                setup.dataset.name,
+                "membership inference needs a classification test set",
+                "use e.g. data=digits",
+            )
+        if self.invert and (
+            proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None
+        ):
+            raise bad(
+                "attack.invert",
+                self.invert,
+                "inversion needs one plain minibatch SGD step a round (the step is then lr x a batch gradient)",
+                "use protocol.momentum=0 weight_decay=0 local_steps=1 and a batch_size, or attack.invert=0",
+            )
+        self.pair, self.seeds = pair, setup.seeds
+        self.generator = setup.seeds.torch("attack.inversion")
+
+    def run(self, view: View) -> Evasion:
+        found = evade(view, self.pair)
+        if not self.invert:
+            return found
+        known = np.flatnonzero(~torch.isnan(found.bases).any(1).numpy())[: self.invert]
+        steps = found.bases[known] - found.recovered[known]
+        hyper, spec = view.hyper, view.data_spec
+        images = [
+            invert(
+                view.model,
+                found.bases[k],
+                step / hyper["lr"],
+                spec.input_shape,
+                spec.num_classes,
+                batch_size=hyper["batch_size"],
+                data_range=spec.data_range,
+                config=self.config,
+                generator=self.generator,
+            ).x
+            for k, step in zip(known, steps, strict=True)
+        ]
+        table = pd.DataFrame({"round": found.rounds[known], "victim": self.pair.victim})
+        found.recovery = Recovered(table, found.bases[known], steps, pd.DataFrame(), torch.stack(images))
+        return found
+
+    def truth_updates(self, truth: Truth, view: View) -> torch.Tensor:
+        """(R, p) what v really sent each round: the plain messages behind the masks (SA), else the
+        plain broadcast the transcript already holds."""
+        T, v = view.transcript, self.pair.victim
+        rows = np.flatnonzero(T.times[:, 1] == 0)
+        if "plain_messages" in truth.extras:
+            col = int(np.searchsorted(truth.extras["plain_senders"], v))
+            return truth.extras["plain_messages"][torch.as_tensor(rows), col]
+        return received_from(T, rows, v, -1)
+
+    def evaluate(self, findings: Evasion, truth: Truth, view: View) -> Report:
+        pair, rounds = self.pair, findings.rounds
+        true = self.truth_updates(truth, view).to(findings.recovered.dtype)
+        norm = true.norm(dim=1).clamp_min(1e-300)
+
+        def rel(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> np.ndarray:
+            return ((x - y).norm(dim=1) / scale).numpy()
+
+        true_step = findings.bases - true
+        step_norm = true_step.norm(dim=1).clamp_min(1e-300)
+        table = pd.DataFrame(
+            {
+                "round": rounds,
+                "victim": pair.victim,
+                "sybil_a": pair.a,
+                "sybil_b": pair.b,
+                "recovered_relative_error": rel(findings.recovered, true, norm),
+                "received_relative_error": rel(findings.received, true, norm),
+                "aggregate_relative_error": rel(findings.aggregate, true, norm),
+                "base_known": ~torch.isnan(findings.bases).any(1).numpy(),
+                "recovered_step_relative_error": rel(
+                    findings.bases - findings.recovered, true_step, step_norm
+                ),
+                "received_step_relative_error": rel(findings.bases - findings.received, true_step, step_norm),
+            }
+        )
+        known = table[table.base_known]
+        summary = {
+            "sybil_victim": pair.victim,
+            "sybil_dropout_claim": pair.dropout,
+            "sybil_rounds": len(table),
+            "sybil_max_relative_error": float(table.recovered_relative_error.max()),
+            "sybil_exact_fraction": float((table.recovered_relative_error <= EXACT).mean()),
+            "received_min_relative_error": float(table.received_relative_error.min()),
+            "aggregate_min_relative_error": float(table.aggregate_relative_error.min()),
+            "sybil_steps_known": len(known),
+            "sybil_step_max_relative_error": float(known.recovered_step_relative_error.max())
+            if len(known)
+            else float("nan"),
+            "received_step_min_relative_error": float(known.received_step_relative_error.min())
+            if len(known)
+            else float("nan"),
+        }
+        report = Report(tables={"sybil_evasion": table}, summary=summary)
+        report.merge(self.membership(findings, true, truth, view))
+        if findings.recovery is not None:
+            inverted, summary["sybil_inversion_nearest_mse"], figures = score_images(findings.recovery, truth)
+            report.tables["sybil_inversion"] = inverted
+            report.figures.update(figures)
+        return report
+
+    def membership(self, findings: Evasion, true: torch.Tensor, truth: Truth, view: View) -> Report:
+        """MIA on each view of v's update; ``true_update`` (the plain update, a scoring reference) is
+        what an attacker seeing v's message in the clear would test."""
+        rounds = findings.rounds
+        pick = np.flatnonzero((rounds % self.every == 0) | (rounds == rounds.max()))
+        views = {
+            "sybil_recovered": findings.recovered,
+            "received": findings.received,
+            "aggregate": findings.aggregate,
+            "true_update": true,
+        }
+        table = pd.concat(
+            [
+                pd.DataFrame(
+                    {
+                        "round": rounds[pick],
+                        "victim": self.pair.victim,
+                        "attacker": self.pair.a,
+                        "view": name,
+                        "consensus_estimate": float("nan"),
+                        "marginalised": False,
+                    }
+                )
+                for name in views
+            ],
+            ignore_index=True,
+        )
+        models = torch.cat([torch.nan_to_num(m[torch.as_tensor(pick)]) for m in views.values()])
+        scored = score_targets(
+            view.model,
+            Targets(table, models),
+            truth,
+            self.score,
+            self.thresholds,
+            self.seeds,
+            self.permutations,
+        )
+        return mia_report(scored, prefix="sybil_mia")
