@@ -5,11 +5,13 @@ For every node i and neighbour j, with B_{i|j} = +I if i < j and -I otherwise:
     w_i^{t+1}   = argmin_w f_i(w) + sum_j z_{i|j}^{t T} B_{i|j} w + (rho d_i / 2) ||w||^2
     z_{j|i}^{t+1} = (1 - theta) z_{j|i}^t + theta (z_{i|j}^t + 2 rho B_{i|j} w_i^{t+1})
 
-theta = 1 is PDMM, theta = 1/2 ADMM. The local problem is solved ``exact`` (Newton's method, which is the
-closed form for a quadratic f_i, when p <= ``newton_max``, until the Newton step is below ``tol``
-relative to w; otherwise gradient steps until the gradient is below ``tol``), ``inexact``
-(k_max warm-started gradient steps of size alpha, Sec. 3.2) or by the quadratic approximation ``qa``
+theta = 1 is PDMM, theta = 1/2 ADMM. The local problem is solved ``exact`` (damped Newton when
+p <= ``newton_max``, L-BFGS otherwise, both with a line search, until the optimality residual
+||grad||_inf is below ``tol``; :mod:`decpriv.protocols.local_solve`), ``inexact`` (k_max warm-started
+gradient steps of size alpha, Sec. 3.2) or by the quadratic approximation ``qa``
 (w^{t+1} = [mu w^t - grad f_i(w^t) - sum_j B z^t] / (mu + rho d_i)). f_i is a sum over the local samples.
+The exact update's largest residual over nodes and rounds goes to summary.csv (``pdmm_max_residual``);
+above ``tol`` the run warns, or fails with ``strict``.
 
 Differential messaging with subspace perturbation: z^0 ~ N(0, z_std^2) goes over an encrypted channel
 and is never recorded; afterwards node i sends Delta z_{j|i}^{t+1} = z_{j|i}^{t+1} - z_{j|i}^t in the clear
@@ -24,7 +26,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from torch.func import grad, hessian, vmap
+from torch.func import grad, grad_and_value, hessian, vmap
 
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad
@@ -32,8 +34,13 @@ from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.local_solve import Solve, lbfgs, newton
 
 UPDATES = ("exact", "inexact", "qa")
+
+
+class NotConverged(RuntimeError):
+    """``protocol.strict=true`` and a local solve ended above ``protocol.tol``."""
 
 
 def directed_edges(network: Network) -> np.ndarray:
@@ -69,9 +76,10 @@ class PDMM(Protocol):
         alpha: float = 0.1,
         mu: float = 1.0,
         z_std: float = 0.0,
-        tol: float = 1e-10,
+        tol: float = 1e-8,
         max_inner: int = 500,
         newton_max: int = 64,
+        strict: bool = False,
         eval_every: int | None = None,
         dtype: str = "float64",
     ):
@@ -97,7 +105,11 @@ class PDMM(Protocol):
             raise bad("protocol.dtype", dtype, "unsupported precision", "use float64 or float32")
         self.rounds, self.rho, self.theta, self.update = rounds, rho, theta, update
         self.k_max, self.alpha, self.mu, self.z_std = k_max, alpha, mu, z_std
-        self.tol, self.max_inner, self.newton_max = tol, max_inner, newton_max
+        if not tol > 0:
+            raise bad("protocol.tol", tol, "the residual tolerance must be positive", "use e.g. 1e-8")
+        if max_inner < 1:
+            raise bad("protocol.max_inner", max_inner, "at least one inner iteration", "use e.g. 500")
+        self.tol, self.max_inner, self.newton_max, self.strict = tol, max_inner, newton_max, strict
         self.eval_every, self.dtype = eval_every, dtype
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
@@ -124,32 +136,55 @@ class PDMM(Protocol):
         x: torch.Tensor,
         y: torch.Tensor,
         mask: torch.Tensor,
-    ) -> torch.Tensor:
-        """argmin f_i(w) + c_i^T w + (rd_i / 2)||w||^2 for all nodes, per ``update``, warm-started at w."""
-        gradient = vmap(grad(model.loss))
-        if self.update == "qa":
-            return (self.mu * w - gradient(w, x, y, mask) - c) / (self.mu + rd)[:, None]
-        if self.update == "inexact":
-            for _ in range(self.k_max):
-                w = w - self.alpha * (gradient(w, x, y, mask) + c + rd[:, None] * w)
-            return w
+    ) -> Solve:
+        """argmin f_i(w) + c_i^T w + (rd_i / 2)||w||^2 for all nodes, per ``update``, warm-started at w.
+
+        ``exact`` returns the optimality residual ||grad||_inf of every node; the inexact updates do not
+        aim at the optimum, so their residual is NaN.
+        """
+        if self.update in ("qa", "inexact"):
+            gradient = vmap(grad(model.loss))
+            if self.update == "qa":
+                w = (self.mu * w - gradient(w, x, y, mask) - c) / (self.mu + rd)[:, None]
+            else:
+                for _ in range(self.k_max):
+                    w = w - self.alpha * (gradient(w, x, y, mask) + c + rd[:, None] * w)
+            nan = torch.full((w.shape[0],), float("nan"), dtype=w.dtype, device=w.device)
+            return Solve(w, nan, torch.full_like(nan, self.k_max if self.update == "inexact" else 1).long())
+
+        def phi(wi, ci, rdi, xi, yi, mi):
+            return model.loss(wi, xi, yi, mi) + ci @ wi + 0.5 * rdi * (wi @ wi)
+
+        value_and_gradient = vmap(grad_and_value(phi))
+
+        def objective(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            g, f = value_and_gradient(v, c, rd, x, y, mask)
+            return f, g
+
         if w.shape[1] <= self.newton_max:
-            eye = torch.eye(w.shape[1], dtype=w.dtype, device=w.device)
-            curvature = vmap(hessian(model.loss))
-            for _ in range(self.max_inner):
-                g = gradient(w, x, y, mask) + c + rd[:, None] * w
-                step = torch.linalg.solve(curvature(w, x, y, mask) + rd[:, None, None] * eye, g)
-                w = w - step
-                # relative: sum-reduced losses make absolute gradient sizes scale with the data
-                if step.abs().max() <= self.tol * (1 + w.abs().max()):
-                    break
-            return w
-        for _ in range(self.max_inner):
-            g = gradient(w, x, y, mask) + c + rd[:, None] * w
-            if g.abs().max() <= self.tol:
-                break
-            w = w - self.alpha * g
-        return w
+            curvature = vmap(hessian(phi))
+            return newton(objective, lambda v: curvature(v, c, rd, x, y, mask), w, self.tol, self.max_inner)
+        return lbfgs(objective, w, self.tol, self.max_inner)
+
+    def convergence(self, residuals: torch.Tensor, inner: torch.Tensor) -> dict[str, float]:
+        """The exact update's largest optimality residual over nodes and rounds; warn (or fail when
+        ``strict``) when it exceeds ``tol``: the leaked differences of Theorem 1 are then off by as much."""
+        facts = {"pdmm_inner_iterations": float(inner.mean())}
+        if self.update != "exact":
+            return facts
+        worst = float(residuals.max())
+        facts["pdmm_max_residual"] = worst
+        if not worst <= self.tol:
+            round_ = int(torch.nonzero(~(residuals <= self.tol))[0]) + 1
+            message = (
+                f"PDMM's exact local solve did not converge: optimality residual {worst:.3g} > "
+                f"protocol.tol={self.tol:g} (first at round {round_}, protocol.max_inner={self.max_inner}); "
+                "raise protocol.max_inner or protocol.tol, or use protocol.dtype=float64"
+            )
+            if self.strict:
+                raise NotConverged(message)
+            warnings.warn(message, stacklevel=2)
+        return facts
 
     def run(self, sim: Simulation) -> Outcome:
         dtype = getattr(torch, self.dtype)
@@ -172,15 +207,21 @@ class PDMM(Protocol):
         x, y, mask = local.x, local.y, local.mask.to(dtype)
         evaluate = Evaluator(model, sim.dataset, local, device)
         evals = eval_rounds(self.rounds, self.eval_every)
-        models, rows = [w.clone()], []
+        models, rows, residuals, inner = [w.clone()], [], [], []
         for t in sim.progress(self.rounds + 1, self.name):
             if t in evals:
-                rows.append({"round": t, **evaluate(w)})
+                row = {"round": t, **evaluate(w)}
+                if t > 0:
+                    row["local_residual"] = float(residuals[-1])
+                rows.append(row)
             if t == self.rounds:
                 break
             # z_{i|j} sits on edge j -> i, whose receiver is i, and B_{i|j} = -B_{j|i}.
             c = torch.zeros_like(w).index_add_(0, recv, -b_send * z)
-            w = self.local_solve(model, w, c, rd, x, y, mask)
+            solve = self.local_solve(model, w, c, rd, x, y, mask)
+            w = solve.w
+            residuals.append(solve.residual.max())
+            inner.append(solve.iterations.double().mean())
             target = (1 - self.theta) * z + self.theta * (z[rev] + 2 * self.rho * b_send * w[send])
             delta = sim.defense.messages(target - z, t, noise)
             z = z + delta
@@ -189,6 +230,7 @@ class PDMM(Protocol):
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
         summary.update(z_std=self.z_std, pdmm_theta=self.theta, pdmm_update=self.update)
+        summary.update(self.convergence(torch.stack(residuals).cpu(), torch.stack(inner).cpu()))
         trajectory = torch.stack(models).cpu()
         own = torch.as_tensor(sim.adversary.nodes, dtype=torch.int64)
         return Outcome(
