@@ -3,6 +3,7 @@
 from itertools import combinations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -202,3 +203,24 @@ def test_gradient_recovery_under_secure_aggregation_runs_and_fails():
         summary = setup.attack.evaluate(setup.attack.run(view), truth, view).summary
         assert check(summary["recovery_max_relative_error"]), (defense, summary)
     assert abs(summary["recovery_median_cosine"]) < 0.2
+
+
+@pytest.mark.slow
+def test_fig10_preset_claim(cli, tmp_path):
+    """Pasquini et al. 2023, Fig. 10: under SA the single node's attacks fall to chance, two Sybils bring
+    them back with the exact update (complete graph, fault-tolerant SA, b fakes v's drop-out)."""
+    cli("run", "-m", "experiment=pasquini_fig10_sa_evasion", f"hydra.sweep.dir={tmp_path}/sweep", check=True)
+    rows = pd.read_csv(tmp_path / "sweep" / "summary.csv").set_index("defense")
+    plain, sa = rows.loc["none"], rows.loc["secure_aggregation"]
+    for row in (plain, sa):
+        assert row.sybil_max_relative_error <= 1e-6 and row.sybil_step_max_relative_error <= 1e-6
+        assert row.sybil_exact_fraction == 1.0 and row.sybil_steps_known == 50
+        # the recovered update is the true one, so membership inference on it matches the reference
+        assert row.sybil_mia_sybil_recovered_auc == pytest.approx(row.sybil_mia_true_update_auc, abs=1e-9)
+        assert row.sybil_mia_sybil_recovered_auc_above_null
+    assert plain.received_min_relative_error == 0 and plain.received_step_min_relative_error == 0
+    assert plain.sybil_mia_received_auc_above_null  # without SA a single node already sees the leak
+    # under SA a single node's gradient recovery and MIA on what it received are at chance
+    assert sa.received_min_relative_error > 1e6 and sa.received_step_min_relative_error > 1e6
+    assert not sa.sybil_mia_received_auc_above_null and not sa.sybil_mia_received_advantage_above_null
+    assert abs(sa.sybil_mia_received_auc - 0.5) < abs(sa.sybil_mia_sybil_recovered_auc - 0.5)

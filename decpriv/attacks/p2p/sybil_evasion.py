@@ -32,6 +32,7 @@ from decpriv.attacks.p2p.scores import SCORES
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
+from decpriv.report.plots import plt
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 
@@ -97,6 +98,24 @@ def evade(view: View, pair: SybilPair) -> Evasion:
         bases[follows] = aggregate[follows - 1]
     received = received_from(T, rows, v, a)
     return Evasion(rounds, recovered, received, aggregate, bases)
+
+
+def error_figure(table: pd.DataFrame):
+    """Relative error of each view of the victim's update over rounds (log scale)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for column, label in (
+        ("recovered_relative_error", "two Sybils: SA(N(A_a)) - SA(N(A_b))"),
+        ("received_relative_error", "one node: the message v sent it"),
+        ("aggregate_relative_error", "one node: its aggregate"),
+    ):
+        ax.plot(table["round"], table[column].clip(lower=1e-17), marker="o", ms=3, label=label)
+    ax.axhline(EXACT, color="grey", ls=":", label=f"exact ({EXACT:g})")
+    ax.set(yscale="log", xlabel="round", ylabel="relative error vs the victim's true update")
+    ax.set_title(f"recovering node {int(table.victim.iloc[0])}'s update", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="center right")
+    fig.tight_layout()
+    return fig
 
 
 class SybilEvasion(Attack):
@@ -251,7 +270,8 @@ class SybilEvasion(Attack):
             if len(known)
             else float("nan"),
         }
-        report = Report(tables={"sybil_evasion": table}, summary=summary)
+        figures = {"plots/sybil_evasion.png": error_figure(table)}
+        report = Report(tables={"sybil_evasion": table}, summary=summary, figures=figures)
         report.merge(self.membership(findings, true, truth, view))
         if findings.recovery is not None:
             inverted, summary["sybil_inversion_nearest_mse"], figures = score_images(findings.recovery, truth)
