@@ -1,0 +1,154 @@
+"""Exact Renyi divergence of a node's whole view of Muffliato gossip / Muffliato-SGD (linear Gaussian view).
+
+Per coordinate, round r adds to every node w the noisy contribution x_{r,w} = s_{r,w} + sigma C xi_{r,w}
+(xi standard normal, fresh each round; s the clipped value or gradient). The state after the noise of
+round t is z_t = W^K z_{t-1} + x_t (K gossip steps a round), and during round t node v sends and receives
+(W^k z_t)_w for k < K and w in its closed neighbourhood N[v] (Network DP: the messages v sends and
+receives; Cyffers & Bellet 2022, Def. 3). With H_v the rows {e_w^T W^k : w in N[v], k < K}, the view is
+y_t = H_v z_t, t < T: a linear Gaussian mechanism y = G (s + sigma C xi) in which signal and noise
+enter through the same G. For two datasets differing at u only, by Delta_r (||Delta_r|| <= 2C) in round r,
+
+    D_alpha(view || view') = (alpha / (2 sigma^2 C^2)) sum_coords Delta^T Pi Delta,   Pi = G^T (G G^T)^+ G,
+
+Pi the orthogonal projector onto G's row space. Restricted to u's T entries Pi is a T x T matrix Q_uv,
+and with level = alpha (2C)^2 / (2 sigma^2 C^2) the worst case over the contributions is
+level * max {<Q_uv, X> : X PSD, X_rr <= 1}. When Q_uv >= 0 entrywise this is 1^T Q_uv 1, reached by equal
+contributions each round (exact); otherwise min(sum |Q_uv|, T lambda_max(Q_uv)) bounds it.
+
+Q_uv comes from the innovations form of the Kalman filter on the state-space model (Anderson & Moore,
+Optimal Filtering, Ch. 3): with U_v an orthonormal basis of H_v's row space (same information as
+y_t), the innovation covariance S_t = U_v^T P_t U_v >= I (fresh noise each round) and the mean shift of
+the innovations is linear in Delta, so Q_uv = sum_t nu_t^T S_t^-1 nu_t, batched over observers and
+sources. T = 1 (Muffliato gossip, noise once) reduces to the leverage ||U_v^T e_u||^2. Accelerated gossip
+has the same view: its operators are polynomials of W of degree k with non-zero leading coefficient.
+
+The model takes the clipped contributions as fixed inputs (non-adaptive): the dependence of later
+gradients on earlier noisy models is not accounted, as in the Muffliato analysis.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+NEGATIVE_TOLERANCE = 1e-10  # entries of Q above -this count as non-negative (exact worst case)
+
+
+def closed_neighbourhoods(adjacency: sp.sparray) -> np.ndarray:
+    """(n, 1 + max degree) indices: v then its neighbours, padded by repeating v (same row space)."""
+    A = sp.csr_array(adjacency)
+    n, width = A.shape[0], 1 + int(np.diff(A.indptr).max())
+    index = np.repeat(np.arange(n)[:, None], width, axis=1)
+    degree = np.diff(A.indptr)
+    rows = np.repeat(np.arange(n), degree)
+    slots = 1 + np.arange(A.nnz) - np.repeat(A.indptr[:-1], degree)
+    index[rows, slots] = A.indices
+    return index
+
+
+def observation_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray):
+    """Orthonormal bases U (c, n, r) of the row spaces of H_v for the given observers, zero-padded beyond
+    each rank (mask (c, r)), and the smallest kept singular value relative to the largest (the margin of
+    the float rank decision, numpy's matrix_rank tolerance)."""
+    W = sp.csr_array(W, dtype=np.float64)
+    index = closed_neighbourhoods(adjacency)[observers]  # (c, b)
+    c, b = index.shape
+    n = W.shape[0]
+    rows = np.zeros((c * b, n))
+    rows[np.arange(c * b), index.ravel()] = 1.0
+    blocks = []
+    for _ in range(steps):
+        blocks.append(rows.reshape(c, b, n))
+        rows = np.asarray(W.T @ rows.T).T  # e_w^T W^{k+1} = (e_w^T W^k) W
+    H = np.concatenate(blocks, axis=1)  # (c, steps * b, n)
+    _, s, Vh = np.linalg.svd(H, full_matrices=False)  # LAPACK per matrix: faster than torch's batched SVD
+    s, Vh = torch.from_numpy(s), torch.from_numpy(Vh)
+    tol = s[:, :1] * max(H.shape[1:]) * torch.finfo(torch.float64).eps
+    mask = s > tol
+    margin = float((torch.where(mask, s, torch.inf).min(1).values / s[:, 0]).min())
+    return Vh.transpose(1, 2) * mask[:, None, :], mask, margin
+
+
+def view_quadratic(
+    W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, observers: np.ndarray
+) -> tuple[torch.Tensor, float]:
+    """Q (c, n, T, T): Q[v, u] the quadratic form of u's per-round contributions (unit = 2C, noise
+    sigma C = 1) in observer v's whole view; and the rank margin."""
+    U, mask, margin = observation_bases(W, adjacency, steps, observers)
+    c, n, r = U.shape
+    if rounds == 1:
+        return (U**2).sum(2)[:, :, None, None], margin
+    Wd = torch.from_numpy(sp.csr_array(W, dtype=np.float64).toarray())
+    A = torch.linalg.matrix_power(Wd, steps)
+    eye = torch.eye(n, dtype=torch.float64)
+    pad = torch.diag_embed((~mask).to(torch.float64))
+    P = eye.expand(c, n, n).clone()
+    # E[:, :, r n + u] is the state error left by a unit input of source u in round r; only rounds
+    # r <= t are non-zero at round t, so the loop works on the first (t + 1) n columns.
+    E = torch.zeros(c, n, rounds * n, dtype=torch.float64)
+    Q = torch.zeros(c, n, rounds, rounds, dtype=torch.float64)
+    Ut = U.transpose(1, 2)
+    for t in range(rounds):
+        if t > 0:
+            P = A @ P @ A.T + eye
+            E[:, :, : t * n] = A @ E[:, :, : t * n]
+        E[:, :, t * n : (t + 1) * n] = eye
+        S = Ut @ P @ U + pad
+        root = torch.linalg.inv(torch.linalg.cholesky(S))  # L^-1, S^-1 = L^-T L^-1 (r x r: cheap)
+        nu = Ut @ E[:, :, : (t + 1) * n]  # (c, r, (t+1) n)
+        Z = (root @ nu).reshape(c, r, t + 1, n).permute(0, 3, 2, 1)  # (c, n, t+1, r)
+        Q[:, :, : t + 1, : t + 1] += Z @ Z.transpose(2, 3)
+        gain = P @ U @ root.transpose(1, 2) @ root  # P U S^-1
+        E[:, :, : (t + 1) * n] -= gain @ nu
+        P = P - gain @ U.transpose(1, 2) @ P
+        P = (P + P.transpose(1, 2)) / 2
+    return Q, margin
+
+
+def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """max {<Q, X> : X PSD, X_rr <= 1} per pair: 1^T Q 1 when Q >= 0 entrywise (exact, equal contributions
+    every round), else min(sum |Q|, T lambda_max(Q)) (a bound). Returns (value, exact flag)."""
+    rounds = Q.shape[-1]
+    exact = (Q >= -NEGATIVE_TOLERANCE).all(-1).all(-1)
+    total = Q.sum((-2, -1))
+    if rounds > 1 and not bool(exact.all()):
+        spectral = rounds * torch.linalg.eigvalsh(Q)[..., -1]
+        bound = torch.minimum(Q.abs().sum((-2, -1)), spectral)
+        total = torch.where(exact, total, bound)
+    return total.clamp(0.0, rounds).numpy(), exact.numpy()
+
+
+def exact_cost(n: int, steps: int, rounds: int, width: int) -> float:
+    """Floating-point operations of :func:`view_quadratic` over all observers (rank r <= min(n, K b))."""
+    r = min(n, steps * width)
+    svd = n * steps * width * n * r
+    if rounds == 1:
+        return float(svd)
+    return float(svd + n * rounds * (4 * n**3 * rounds + 4 * n**2 * r * rounds + 2 * r * n * rounds**2))
+
+
+def whole_view_loss(
+    W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, chunk_bytes: float = 2e8
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(F, exact, margin): F[u, v] = worst-case Renyi loss of u's T contributions in v's view, in units of
+    the per-round local-DP level (F <= T); exact[u, v] False where F is the spectral / absolute bound."""
+    n = W.shape[0]
+    per_observer = 8 * n * rounds * (2 * n + rounds) + 8 * n * n * 3
+    size = max(1, min(n, int(chunk_bytes // per_observer)))
+    F, exact, margin = np.zeros((n, n)), np.ones((n, n), dtype=bool), 1.0
+    for begin in range(0, n, size):
+        observers = np.arange(begin, min(n, begin + size))
+        Q, m = view_quadratic(W, adjacency, steps, rounds, observers)
+        value, flag = worst_case(Q)
+        F[:, observers], exact[:, observers], margin = value.T, flag.T, min(margin, m)
+    np.fill_diagonal(F, 0.0)
+    np.fill_diagonal(exact, True)
+    return F, exact, margin
+
+
+def reach_bound(distance: np.ndarray, steps: int, rounds: int) -> np.ndarray:
+    """Rounds whose contribution of u can reach v's view: round r's is seen through K (T - r) gossip steps
+    of N[v], so it reaches v iff dist(u, v) <= K (T - r); each reached round costs at most the local-DP
+    level (post-processing of u's release), so F <= #reached rounds (in level units). Diagonal zero."""
+    reached = np.clip(rounds - np.ceil(distance / steps) + 1, 0, rounds)
+    np.fill_diagonal(reached, 0.0)
+    return reached
