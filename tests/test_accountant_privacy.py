@@ -1,6 +1,8 @@
 """Accountants: SecLDP reference values (DECOR), RDP via dp-accounting, Muffliato pairwise network DP."""
 
+import itertools
 import math
+from types import SimpleNamespace
 
 import networkx as nx
 import numpy as np
@@ -20,6 +22,7 @@ from decpriv.privacy.secldp import (
     precision_diagonal,
     slope_for_epsilon,
     theorem1_bound,
+    threat_bound,
     worst_slopes,
 )
 
@@ -178,3 +181,57 @@ def test_random_walk_follows_w_and_visits_nodes_uniformly():
     stays = np.mean(path[1:] == path[:-1])
     assert stays == pytest.approx(1 / 3, abs=0.02)  # Metropolis-Hastings on the ring: W_vv = 1/3
     np.testing.assert_allclose(np.bincount(path, minlength=10) / len(path), 0.1, atol=0.02)
+
+
+def dense_worst_slope(
+    graph: nx.Graph, sigma_cdp: float, sigma_cor: float, clip: float, removed: int
+) -> float:
+    """2 C^2 max_i [Sigma_H^-1]_ii over every coalition of ``removed`` nodes, by dense inverses."""
+    full = nx.to_numpy_array(nx.convert_node_labels_to_integers(graph))
+    worst = 0.0
+    for coalition in itertools.combinations(range(len(full)), removed):
+        keep = np.setdiff1d(np.arange(len(full)), coalition)
+        A = full[np.ix_(keep, keep)]
+        cov = sigma_cdp**2 * np.eye(len(keep)) + sigma_cor**2 * (np.diag(A.sum(1)) - A)
+        worst = max(worst, 2 * clip**2 * np.diag(np.linalg.inv(cov)).max())
+    return worst
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        nx.cycle_graph(16),
+        nx.grid_2d_graph(4, 4, periodic=True),
+        nx.path_graph(9),
+        nx.star_graph(7),
+        nx.erdos_renyi_graph(12, 0.35, seed=2),
+        nx.complete_graph(8),
+    ],
+)
+def test_slope_bound_is_above_the_dense_worst_slope_under_every_threat(graph):
+    A = adjacency(graph)
+    for sigma_cdp, sigma_cor in ((3.0, 300.0), (1.0, 5.0), (11.1495, 16.0), (2.0, 0.5)):
+        for threat, removed in (("eavesdropper", 0), ("curious", 1), ("collusion", 2)):
+            slope = dense_worst_slope(graph, sigma_cdp, sigma_cor, 1.0, removed)
+            assert worst_slopes(A, sigma_cdp, sigma_cor, 1.0, threat, 2).max() == pytest.approx(
+                slope, rel=1e-9
+            )
+            assert threat_bound(A, sigma_cdp, sigma_cor, 1.0, threat, 2) >= slope * (
+                1 - 1e-9
+            )  # exact on complete graphs
+
+
+def test_curious_slope_bound_on_the_ring_example_is_no_longer_below_the_slope():
+    """Issue example: ring n=16, sigma_cdp=3, sigma_cor=300, threat=curious: slope 0.014915; the
+    eavesdropper form of Theorem 1 gave 0.014026, below it."""
+    from decpriv.defenses.decor import Decor
+    from decpriv.privacy.secldp_accountant import SecLDPAccountant
+
+    network = Network.build(nx.cycle_graph(16), metropolis_hastings)
+    defense = Decor(clip=1.0, sigma_cdp=3.0, sigma_cor=300.0, epsilon=None)
+    setup = SimpleNamespace(
+        network=network, defense=defense, protocol=SimpleNamespace(rounds=10, local_steps=1)
+    )
+    summary = SecLDPAccountant(threat="curious").account(setup).summary
+    assert summary["slope"] == pytest.approx(0.014915, abs=1e-6)
+    assert summary["slope_bound"] >= summary["slope"]

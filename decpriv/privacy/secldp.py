@@ -69,13 +69,41 @@ def worst_slopes(
     return worst
 
 
-def theorem1_bound(
-    n_honest: int, connectivity: float, sigma_cdp: float, sigma_cor: float, clip: float
-) -> float:
+def theorem1_bound(n_honest: int, connectivity, sigma_cdp: float, sigma_cor: float, clip: float):
     """Closed-form slope bound (Theorem 1): (2 C^2 / n_H)[1/sigma_cdp^2 + (n_H - 1)/(sigma_cdp^2 + a sigma_cor^2)]."""
     return (2.0 * clip**2 / n_honest) * (
         1.0 / sigma_cdp**2 + (n_honest - 1) / (sigma_cdp**2 + connectivity * sigma_cor**2)
     )
+
+
+def honest_connectivities(adjacency: sp.sparray, threat: str, collusion: int = 1) -> tuple[int, np.ndarray]:
+    """(n_H, a(G[H]) for every coalition Q of the threat model): the inputs of Theorem 1 on the honest
+    subgraph, which is what the curious and colluding observers leave (a = 0 when G[H] is disconnected)."""
+    A = sp.csr_array(adjacency, dtype=np.float64)
+    n = A.shape[0]
+    sizes, values = set(), []
+    for Q in coalitions(n, threat, collusion):
+        honest = np.setdiff1d(np.arange(n), np.asarray(Q, dtype=np.int64))
+        sizes.add(len(honest))
+        values.append(max(0.0, algebraic_connectivity(A[honest][:, honest])))
+    return sizes.pop(), np.asarray(values)
+
+
+def threat_bound(
+    adjacency: sp.sparray,
+    sigma_cdp: float,
+    sigma_cor: float,
+    clip: float,
+    threat: str,
+    collusion: int = 1,
+    connectivities: tuple[int, np.ndarray] | None = None,
+) -> float:
+    """Theorem 1 under the threat model: its bound on each honest subgraph G[H] (n_H nodes, connectivity
+    a(G[H])), worst coalition. Every node's slope is at most its honest subgraph's bound, so the maximum
+    bounds the worst slope of :func:`worst_slopes` (the eavesdropper form on G itself is smaller than the
+    curious slope, e.g. ring n=16, sigma_cdp=3, sigma_cor=300)."""
+    n_honest, a = connectivities or honest_connectivities(adjacency, threat, collusion)
+    return float(np.max(theorem1_bound(n_honest, a, sigma_cdp, sigma_cor, clip)))
 
 
 def epsilon_from_slope(slope: float, steps: int, delta: float) -> float:

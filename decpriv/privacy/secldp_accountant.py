@@ -28,9 +28,10 @@ from decpriv.privacy.secldp import (  # noqa: E402
     calibrate_sigma_cor,
     check_threat,
     epsilon_from_slope,
+    honest_connectivities,
     optimal_order,
     slope_for_epsilon,
-    theorem1_bound,
+    threat_bound,
     worst_slopes,
 )
 from decpriv.report.findings import Report  # noqa: E402
@@ -49,19 +50,16 @@ def epsilon_vs_sigma_cor(
 ) -> pd.DataFrame:
     """DECOR Fig. 2: exact and Theorem-1 epsilon over a grid of sigma_cor around the configured one."""
     grid = np.geomspace(max(sigma_cor, clip) / 100, max(sigma_cor, clip) * 100, 25)
-    n = adjacency.shape[0]
-    a = algebraic_connectivity(adjacency)
+    honest = honest_connectivities(adjacency, threat, collusion)
     rows = []
     for cor in grid:
         slope = float(worst_slopes(adjacency, sigma_cdp, cor, clip, threat, collusion).max())
-        bound = theorem1_bound(n, a, sigma_cdp, cor, clip)
+        bound = threat_bound(adjacency, sigma_cdp, cor, clip, threat, collusion, honest)
         rows.append(
             {
                 "sigma_cor": cor,
                 "epsilon": epsilon_from_slope(slope, steps, delta),
-                "epsilon_bound": epsilon_from_slope(bound, steps, delta)
-                if threat == "eavesdropper"
-                else math.nan,
+                "epsilon_bound": epsilon_from_slope(bound, steps, delta),
             }
         )
     return pd.DataFrame(rows)
@@ -72,8 +70,7 @@ def sigma_cor_figure(
 ) -> Figure:
     fig, ax = plt.subplots(figsize=(6, 4.2))
     ax.loglog(curve.sigma_cor, curve.epsilon, "o-", ms=3, label="SecLDP (exact)")
-    if curve.epsilon_bound.notna().any():
-        ax.loglog(curve.sigma_cor, curve.epsilon_bound, "--", label="Theorem 1 bound")
+    ax.loglog(curve.sigma_cor, curve.epsilon_bound, "--", label="Theorem 1 bound (worst honest subgraph)")
     for label, value in limits.items():
         ax.axhline(value, color="grey", lw=0.8, ls=":")
         ax.annotate(label, (curve.sigma_cor.iloc[0], value), fontsize=8, va="bottom")
@@ -169,7 +166,9 @@ class SecLDPAccountant(Accountant):
                 A, defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion
             )
             a = algebraic_connectivity(A)
-            bound = theorem1_bound(n, a, defense.sigma_cdp, defense.sigma_cor, defense.clip)
+            bound = threat_bound(
+                A, defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion
+            )
             summary.update(algebraic_connectivity=a, slope_bound=bound)
             curve = epsilon_vs_sigma_cor(
                 A,
