@@ -144,7 +144,7 @@ BAD = [
     (["data=least_squares", "model=linear_regression", "attack.image_metrics=true"], "attack.image_metrics"),
     (["protocol=gossip", "protocol.accelerated=true"], "protocol.accelerated"),
     (["protocol=dsgd"], "protocol.batch_size"),
-    (["protocol=dsgd", "protocol.batch_size=null", "model=cnn"], "model"),
+    (["protocol=dsgd", "protocol.batch_size=null", "data=least_squares", "model=linear_regression"], "model"),
     (["attack.solver=cholesky"], "attack.solver"),
     (["protocol=dsgd", "protocol.batch_size=null", "attack.exact=true"], "attack.exact"),
 ]

@@ -5,10 +5,11 @@ from torchmetrics.functional.image import structural_similarity_index_measure
 
 
 def psnr(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, float]) -> torch.Tensor:
-    """(k,) 10 log10(range^2 / MSE) per image, after clipping the recovery to the data range."""
+    """(k,) 10 log10(range^2 / MSE) per image, after clipping the recovery to the data range; +inf for an
+    exact recovery (no cap: a capped value would pass for a measurement in averages)."""
     low, high = data_range
     mse = ((recovered.clamp(low, high) - true) ** 2).flatten(1).mean(1)
-    return 10 * torch.log10((high - low) ** 2 / mse.clamp_min(1e-20))
+    return 10 * torch.log10((high - low) ** 2 / mse)
 
 
 def ssim(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, float]) -> torch.Tensor:
