@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from decpriv import experiment
-from decpriv.report.run_folder import read_status
+from decpriv.report.run_folder import claim_folder, read_status, read_table
 
 
 @dataclass(eq=False)
@@ -37,7 +37,7 @@ class RunResult:
 def load(path: Path | str) -> RunResult:
     """Read a run folder's status and every CSV table in it."""
     path = Path(path)
-    tables = {file.stem: pd.read_csv(file) for file in sorted(path.glob("*.csv"))}
+    tables = {file.stem: read_table(file) for file in sorted(path.glob("*.csv"))}
     return RunResult(path, read_status(path).get("status", "unknown"), tables)
 
 
@@ -64,11 +64,16 @@ def sweeper_params(overrides: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:
-    """Run one experiment into ``out_dir`` (default ``runs/<date>/<time>``) and load its tables."""
+    """Run one experiment and load its tables.
+
+    The config is checked in full (every plugin, cross-plugin checks) before any folder is created; the
+    folder is ``out_dir`` when given, else a new ``runs/<date>/<time>`` (``-2``, ``-3`` ... when taken)."""
     cfg, choices = compose_config(overrides)
+    experiment.precheck(cfg, choices)
     if out_dir is None:
-        out_dir = Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
-    out = Path(out_dir)
+        out = claim_folder(Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
+    else:
+        out = Path(out_dir)
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     (out / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))

@@ -6,15 +6,19 @@ status 2 before any job starts.
 """
 
 import argparse
+import difflib
 import os
+import re
+import signal
 import sys
+import warnings
 from datetime import datetime
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from decpriv.errors import ConfigError
@@ -65,7 +69,7 @@ def _hydra_job(cfg: DictConfig) -> None:
     except Exception as error:
         if not multirun:
             experiment.error_exit(error, bool(cfg.get("debug")))
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(
             f"[red]job {runtime.job.num} failed:[/] {type(error).__name__}: {error}", highlight=False
         )
         return
@@ -85,14 +89,45 @@ def job_line(num: int, task: list[str]) -> str:
     return f"job {num + 1}/{total}  {' '.join(shown)}  "
 
 
-def _compose_or_refuse(overrides: list[str]) -> DictConfig:
+def _did_you_mean(word: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f"did you mean {near[0]}?" if near else ""
+
+
+def _explain_composition(error: Exception, overrides: list[str]) -> str:
+    """Hydra's first line, with a did-you-mean from the known keys or options when one is close."""
+    from decpriv.api import compose_config
+
+    text = str(error).strip()
+    first = text.splitlines()[0]
+    hint = ""
+    missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
+    override = re.search(r"Could not override '([^']+)'", text)
+    if missing:
+        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
+        hint = _did_you_mean(missing.group(2), options)
+    elif override:
+        key = override.group(1)
+        parent, _, leaf = key.rpartition(".")
+        others = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+        try:
+            cfg = compose_config(others)[0]
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            known = [str(k) for k in node] if node is not None and hasattr(node, "keys") else []
+        except Exception:
+            known = []
+        found = _did_you_mean(leaf, known)
+        hint = found.replace("mean ", f"mean {parent}.") if parent and found else found
+    return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
+
+
+def _compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict]:
     from decpriv.api import compose_config
 
     try:
-        return compose_config(overrides)[0]
+        return compose_config(overrides)
     except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
-        first = str(error).strip().splitlines()[0]
-        raise ConfigError(f"{first} (`decpriv list` shows the groups and options)") from None
+        raise ConfigError(_explain_composition(error, overrides)) from None
 
 
 def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
@@ -113,10 +148,10 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
             raise ConfigError(str(error).strip().splitlines()[0]) from None
         jobs = BasicSweeper.split_arguments(parsed, None)[0]
     for job in jobs:
-        cfg = _compose_or_refuse(job)
+        cfg, choices = _compose_or_refuse(job)
         if take_resume(cfg):
             check_fixed_folder(overrides, multirun)
-        precheck(cfg)
+        precheck(cfg, choices)
     if multirun:
         # a preset's own sweep (hydra.sweeper.params) is counted, not prechecked: Fig. 2 alone has 1200 jobs
         from decpriv.api import sweeper_params
@@ -126,27 +161,90 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
     return 1, []
 
 
+def _output_folder(overrides: list[str], multirun: bool) -> str | None:
+    """The run (sweep) folder, created before Hydra starts: a new one, made atomically with a ``-2``,
+    ``-3`` ... suffix when the timestamped name exists, so two runs never share a folder. A folder the user
+    names (hydra.run.dir=...) is used as given; it only has to be creatable. Returns the override to add."""
+    from hydra import compose, initialize_config_module
+
+    from decpriv.errors import bad
+    from decpriv.report.run_folder import claim_folder
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
+    first = overrides
+    if multirun:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        first = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0][0]
+    with initialize_config_module("decpriv.conf", version_base="1.3"):
+        hydra_cfg = compose("config", overrides=list(first), return_hydra_config=True).hydra
+    path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
+    try:
+        if given is not None:
+            path.mkdir(parents=True, exist_ok=True)
+            return None
+        return f'{key}="{claim_folder(path)}"'
+    except OSError as error:
+        raise bad(
+            key,
+            str(path),
+            f"the output folder cannot be created ({error.strerror or error})",
+            f"run from a writable folder or set {key}=A_WRITABLE_FOLDER",
+        ) from None
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def _run(args: list[str]) -> int:
+    # Slurm's scancel and time limit send SIGTERM: stop as Ctrl-C does, so run.json says failed (interrupted).
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        return _run_command(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_code(stop: KeyboardInterrupt) -> tuple[str, int]:
+    name = stop.args[0] if stop.args and isinstance(stop.args[0], str) else "SIGINT"
+    return name, 128 + int(getattr(signal, name, signal.SIGINT))
+
+
+def _run_command(args: list[str]) -> int:
     from hydra._internal.utils import get_args_parser
 
     parsed = get_args_parser().parse_args(args)
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
+    folder = None
     if not inspecting:
         try:
             count, swept = _precheck(list(parsed.overrides), bool(parsed.multirun))
+            folder = _output_folder(list(parsed.overrides), bool(parsed.multirun))
         except ConfigError as error:
-            Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
             return 2
         # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
         os.environ[JOBS_ENV] = str(count)
         os.environ[SWEPT_ENV] = ",".join(swept)
-    sys.argv = ["decpriv run", *args]
+    sys.argv = ["decpriv run", *args, *([folder] if folder else [])]
     from decpriv.report.sweep import SweepSummary
 
     SweepSummary.failed = 0
     SweepSummary.folder = None
     began = datetime.now().replace(microsecond=0)
-    _hydra_job()
+    try:
+        _hydra_job()
+    except KeyboardInterrupt as stop:
+        name, code = _stop_code(stop)
+        where = f" in {folder.split('=', 1)[1].strip(chr(34))}" if folder else ""
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.",
+            highlight=False,
+        )
+        return code
     if parsed.multirun and SweepSummary.folder is not None:
         from decpriv.report.resume import kept_before
 
@@ -154,7 +252,7 @@ def _run(args: list[str]) -> int:
         note = f" ({kept} job(s) kept from earlier runs: resume=true)" if kept else ""
         console.print(f"sweep folder: [bold]{SweepSummary.folder}[/]{note}", highlight=False)
     if parsed.multirun and SweepSummary.failed:
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(
             f"[red]{SweepSummary.failed} job(s) failed[/] (see the sweep's summary.csv)"
         )
         return 1
@@ -185,10 +283,9 @@ def _switch(key: str, value: str | None) -> bool | None:
 
 
 def _plot(rest: list[str]) -> int:
-    import pandas as pd
 
     from decpriv.report.aggregate import load_sweep
-    from decpriv.report.run_folder import RunFolder
+    from decpriv.report.run_folder import RunFolder, read_table
     from decpriv.report.sweep_plots import plot
 
     if not rest or "=" in rest[0]:
@@ -208,7 +305,7 @@ def _plot(rest: list[str]) -> int:
         file = target / f"{name or 'history'}.csv"
         if not file.is_file():
             raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")
-        table = pd.read_csv(file)
+        table = read_table(file)
         if "status" in table:
             table = table[table["status"] == "completed"]
     hue = [h for h in args.get("hue", "").split(",") if h]
@@ -269,59 +366,112 @@ def _runs(rest: list[str]) -> int:
     return 0
 
 
+def _list(rest: list[str]) -> int:
+    from decpriv.report.show import config_options, print_groups
+
+    groups = sorted({group for group, _, _ in config_options()})
+    unknown = [g for g in rest if g not in groups]
+    if unknown:
+        hint = _did_you_mean(unknown[0], [*groups, "runs"]) or "groups: " + ", ".join(groups)
+        raise ConfigError(f"{unknown[0]}: no such config group; {hint}")
+    print_groups(console, rest)
+    return 0
+
+
+def _show(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="decpriv show")
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--rows", type=int, default=10, help="rows shown per table")
+    ns = parser.parse_args(rest)
+    from decpriv.report.show import show_run
+
+    return show_run(ns.run, console, ns.rows)
+
+
+def _diff(rest: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="decpriv diff", description="exit 0 when equal within tolerance, 1 when not"
+    )
+    parser.add_argument("a", type=Path)
+    parser.add_argument("b", type=Path)
+    parser.add_argument(
+        "--rtol", type=float, default=1e-9, help="relative tolerance for numbers (default 1e-9)"
+    )
+    parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)")
+    parser.add_argument(
+        "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
+    )
+    ns = parser.parse_args(rest)
+    from decpriv.report.show import print_diff
+
+    return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)
+
+
+COMMANDS = {"list": _list, "show": _show, "diff": _diff, "report": _report, "plot": _plot, "runs": _runs}
+
+
+def _one_line_warnings() -> None:
+    """Warnings print as ``warning: <message>`` on stderr, each distinct message once."""
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = str(message).strip()
+        if text not in seen:
+            seen.add(text)
+            Console(stderr=True, soft_wrap=True).print(
+                f"[yellow]warning:[/] {text}", highlight=False, markup=True
+            )
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
-    if command == "run":
-        return _run(rest)
     if command == "list" and rest[:1] == ["runs"]:
         command, rest = "runs", rest[1:]
-    if command == "list":
-        from decpriv.report.show import print_groups
-
-        print_groups(console)
-        return 0
-    if command == "show":
-        parser = argparse.ArgumentParser(prog="decpriv show")
-        parser.add_argument("run", type=Path)
-        parser.add_argument("--rows", type=int, default=10, help="rows shown per table")
-        ns = parser.parse_args(rest)
-        from decpriv.report.show import show_run
-
-        return show_run(ns.run, console, ns.rows)
-    if command == "diff":
-        parser = argparse.ArgumentParser(
-            prog="decpriv diff", description="exit 0 when equal within tolerance, 1 when not"
+    if command != "run" and command not in COMMANDS:
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] unknown command {command!r}; use run, list, show, diff, report, plot or runs.",
+            highlight=False,
         )
-        parser.add_argument("a", type=Path)
-        parser.add_argument("b", type=Path)
-        parser.add_argument(
-            "--rtol", type=float, default=1e-9, help="relative tolerance for numbers (default 1e-9)"
-        )
-        parser.add_argument(
-            "--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)"
-        )
-        parser.add_argument(
-            "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
-        )
-        ns = parser.parse_args(rest)
-        from decpriv.report.show import print_diff
-
-        return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)
-    reporting = {"report": _report, "plot": _plot, "runs": _runs}
-    if command in reporting:
-        try:
-            return reporting[command](rest)
-        except (ConfigError, FileNotFoundError) as error:
-            Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        return 2
+    shown = warnings.showwarning
+    _one_line_warnings()
+    try:
+        return _run(rest) if command == "run" else COMMANDS[command](rest)
+    except ConfigError as error:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        return 2
+    except OSError as error:
+        if error.errno is None:  # decpriv's own "no such run folder"
+            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
             return 2
-    Console(stderr=True).print(
-        f"[bold red]error:[/] unknown command {command!r}; use run, list, show, diff, report, plot or runs."
-    )
-    return 2
+        # a folder that cannot be written: read-only file system, a path under a file, full disk
+        where = f"{error.filename}: " if error.filename else ""
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {where}{error.strerror or error}; "
+            "check that the folder is writable and the disk not full.",
+            highlight=False,
+        )
+        return 1
+    except KeyboardInterrupt as stop:
+        name, code = _stop_code(stop)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]interrupted[/] by {name}.", highlight=False)
+        return code
+    except Exception as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {type(error).__name__}: {error} (HYDRA_FULL_ERROR=1 shows the traceback)",
+            highlight=False,
+        )
+        return 1
+    finally:
+        warnings.showwarning = shown
 
 
 def entry() -> None:

@@ -12,3 +12,14 @@ def bad(key: str, value: object, problem: str, fix: str) -> ConfigError:
     """``bad("topology.n", 15, "a torus needs a perfect square", "use 16")`` ->
     "topology.n=15: a torus needs a perfect square; use 16."."""
     return ConfigError(f"{key}={value!r}: {problem}; {fix}.")
+
+
+class Diverged(RuntimeError):
+    """Training produced a non-finite loss or parameter: the run stops and is marked failed (exit 1)."""
+
+    def __init__(self, round_: int, what: str):
+        super().__init__(
+            f"{what} became non-finite (nan or inf) at round {round_}: training diverged; "
+            "lower protocol.lr or check the data"
+        )
+        self.round = round_

@@ -1,11 +1,16 @@
 """One run, top to bottom (DESIGN.md): build -> simulate -> attack -> evaluate -> account -> write.
 
-Nothing before ``write`` touches the disk except run.json's ``running`` marker.
+Nothing before ``write`` touches the disk except run.json's ``running`` marker. Callers run
+:func:`precheck` (the whole build, no training) before they create the run folder, so a refused config
+leaves nothing behind.
 """
 
 import hashlib
 import json
+import math
 import sys
+import warnings
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +26,13 @@ from decpriv.adversary.view import DataSpec, View
 from decpriv.attacks.base import Attack
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, Diverged, bad
 from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Report
 from decpriv.report.plots import training_curves
-from decpriv.report.run_folder import RunFolder
+from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import Seeds
 from decpriv.setup import Setup
 from decpriv.truth import Truth
@@ -58,6 +63,16 @@ def make(node: DictConfig, **kwargs: Any) -> Any:
         raise
 
 
+@contextmanager
+def blamed(plugin: str):
+    """Tag a ConfigError raised inside with the plugin it comes from (hints name only the real cause)."""
+    try:
+        yield
+    except ConfigError as error:
+        error.plugin = getattr(error, "plugin", None) or plugin
+        raise
+
+
 def build(cfg: DictConfig) -> Setup:
     """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
     validate(cfg)
@@ -73,7 +88,10 @@ def build(cfg: DictConfig) -> Setup:
         model.reduction = protocol.reduction
     defense = make(cfg.defense) if cfg.get("defense") else Defense()
     adversary = make(cfg.adversary, network=network, seeds=seeds)
-    attack = make(cfg.attack) if cfg.get("attack") else None
+    if adversary.graph is not None:  # Sybils that chose their own edges (adversary.rewire)
+        network = Network.build(adversary.graph, make(cfg.gossip_matrix))
+    with blamed("attack"):
+        attack = make(cfg.attack) if cfg.get("attack") else None
     accountant = make(cfg.accountant) if cfg.get("accountant") else defense.accountant()
     setup = Setup(
         cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
@@ -81,26 +99,32 @@ def build(cfg: DictConfig) -> Setup:
     protocol.check(network, dataset, model)
     defense.bind(setup)
     if attack is not None:
-        if attack.needs_adversary and not adversary.present:
-            raise bad(
-                "adversary.count",
-                0,
-                f"attack={attack.name} needs corrupt nodes",
-                "set adversary.count or adversary.nodes",
-            )
-        forges = type(attack).behaviour is not Attack.behaviour
-        if forges and type(defense).aggregate is not Defense.aggregate:
-            raise bad(
-                "defense",
-                defense.name,
-                f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
-                "replaces by its own aggregation rule",
-                "drop the defense or use a passive attack",
-            )
-        attack.check(setup)
+        with blamed("attack"):
+            _check_attack(setup)
     if accountant is not None:
         accountant.check(setup)
     return setup
+
+
+def _check_attack(setup: Setup) -> None:
+    attack, adversary, defense = setup.attack, setup.adversary, setup.defense
+    if attack.needs_adversary and not adversary.present:
+        raise bad(
+            "adversary.count",
+            0,
+            f"attack={attack.name} needs corrupt nodes",
+            "set adversary.count or adversary.nodes",
+        )
+    forges = type(attack).behaviour is not Attack.behaviour
+    if forges and type(defense).aggregate is not Defense.aggregate:
+        raise bad(
+            "defense",
+            defense.name,
+            f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
+            "replaces by its own aggregation rule",
+            "drop the defense or use a passive attack",
+        )
+    attack.check(setup)
 
 
 def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
@@ -109,7 +133,8 @@ def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
         return build(cfg)
     except ConfigError as error:
         default = choices.get("attack")
-        if default is None or default != f"{choices.get('protocol')}_default":
+        is_default = default == f"{choices.get('protocol')}_default" and cfg.get("attack") is not None
+        if not is_default or getattr(error, "plugin", None) != "attack":
             raise
         raise ConfigError(
             f"{error} (attack={default} is what protocol={choices['protocol']} runs by default: "
@@ -117,14 +142,26 @@ def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
         ) from None
 
 
-def precheck(cfg: DictConfig) -> None:
-    """The cheap part of :func:`build` (no data loading): used to check every job of a sweep up front."""
-    validate(cfg)
-    network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
-    make(cfg.adversary, network=network, seeds=Seeds(cfg.seed))
-    for group in ("protocol", "defense", "attack", "accountant"):
-        if cfg.get(group):
-            make(cfg[group])
+def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Setup:
+    """Everything that can be decided without training: the whole :func:`build` (every plugin and
+    cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the run itself reports them
+        return build_explained(cfg, choices or {})
+
+
+def check_finite(outcome: Outcome) -> None:
+    """Stop a run whose training diverged, for protocols that do not call ``Simulation.guard`` each round."""
+    history = outcome.history
+    numeric = history.select_dtypes("number").drop(columns=["round", "step"], errors="ignore")
+    bad_rows = ~np.isfinite(numeric.to_numpy(dtype=float)).all(axis=1) if len(numeric.columns) else []
+    if len(bad_rows) and bad_rows.any():
+        first = history.loc[bad_rows].iloc[0]
+        column = numeric.columns[~np.isfinite(numeric.loc[bad_rows].iloc[0].to_numpy(dtype=float))][0]
+        raise Diverged(int(first["round"]) if "round" in history else -1, column)
+    if not bool(torch.isfinite(outcome.final).all()):
+        last = history["round"].max() if "round" in history and len(history) else -1
+        raise Diverged(int(last) if not math.isnan(last) else -1, "the final node parameters")
 
 
 def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View | None]:
@@ -212,11 +249,36 @@ def run(
         str(cfg.get("device")),
         config_digest(config_columns),
     )
+    with warnings.catch_warnings(), _recording(folder):
+        return _pipeline(cfg, folder, config_columns, choices or {}, show_progress)
+
+
+@contextmanager
+def _recording(folder: RunFolder):
+    """Warnings raised during the run are shown as usual and kept (distinct messages) for run.json."""
+    shown = warnings.showwarning
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        folder.warn(str(message))
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = record
+    yield
+
+
+def _pipeline(
+    cfg: DictConfig,
+    folder: RunFolder,
+    config_columns: dict[str, Any],
+    choices: dict[str, Any],
+    show_progress: bool,
+) -> Path:
     try:
         with folder.phase("build"):
-            setup = build_explained(cfg, choices or {})
+            setup = build_explained(cfg, choices)
         with folder.phase("simulate"):
             outcome, view = simulate(setup, show_progress)
+            check_finite(outcome)
         report = Report(tables={"history": outcome.history}, summary=dict(outcome.summary))
         report.summary.update(
             nodes=setup.network.n, edges=len(setup.network.edges), spectral_gap=spectral_gap(setup.network.W)
@@ -255,8 +317,9 @@ def run(
         folder.complete({"metrics": list(report.summary)})
     except BaseException as error:
         folder.fail(error)
-        failed = {"status": "failed", "error": f"{type(error).__name__}: {error}", **config_columns}
-        folder.write_table("summary", pd.DataFrame([failed]))
+        failed = {"status": "failed", "error": error_text(error), **config_columns}
+        with suppress(OSError):  # a full disk: run.json, written first, already says failed
+            folder.write_table("summary", pd.DataFrame([failed]))
         raise
     return folder.path
 
@@ -267,7 +330,7 @@ def error_exit(error: BaseException, debug: bool) -> None:
         raise error
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if isinstance(error, ConfigError):
         console.print(f"[bold red]error:[/] {error}", highlight=False)
         sys.exit(2)

@@ -3,9 +3,14 @@ callable its ``_target_`` names (unknown keys, wrong types), and top-level keys 
 values. Each problem is one sentence naming the key, the value and the fix.
 """
 
+import difflib
 import inspect
+import math
+import re
 import types
 import typing
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from hydra.utils import get_object
@@ -98,8 +103,48 @@ def check_plugin(group: str, node: DictConfig) -> None:
             )
 
 
+@cache
+def top_level_keys() -> frozenset[str]:
+    """Keys config.yaml defines at the top (seed, device, name ...), plus the config groups."""
+    base = OmegaConf.load(resources.files("decpriv") / "conf" / "config.yaml")
+    keys = {k for k in base if k not in ("defaults", "hydra")}
+    return frozenset(keys | set(PLUGIN_GROUPS) | {"claim"})  # claim: what a preset reproduces (report)
+
+
+def _non_finite(node: Any, prefix: str) -> tuple[str, float] | None:
+    """The first nan or inf number anywhere in the config (dotted key, value)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
+        found = _non_finite(value, name)
+        if found:
+            return found
+    return None
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
+
+
 def validate(cfg: DictConfig) -> None:
     """Refuse a bad config in one sentence (ConfigError), before anything is built."""
+    unknown = sorted(str(k) for k in cfg if k not in top_level_keys())
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(top_level_keys()), n=1)
+        hint = f"did you mean {near[0]}?" if near else "`decpriv run --cfg job` shows the keys"
+        raise bad(unknown[0], cfg[unknown[0]], "no part of decpriv reads this key", f"remove it ({hint})")
+    found = _non_finite(OmegaConf.to_container(cfg, resolve=True), "")
+    if found:
+        raise bad(found[0], found[1], "numbers in a config must be finite", "give a finite number")
+    name = cfg.get("name")
+    if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
+        raise bad(
+            "name",
+            name,
+            "the name becomes part of the run folder's name and may not contain '/', '..' or spaces",
+            "use letters, digits, '-', '_' and '.'",
+        )
     if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
         raise bad("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
     if cfg.get("device") not in DEVICES:

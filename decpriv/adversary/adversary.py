@@ -116,6 +116,9 @@ def choose_adversary(
         raise bad(
             "adversary.nodes", list(nodes), "node indices are integers", "use e.g. adversary.nodes=[0,3]"
         )
+    if nodes and len(set(nodes)) < len(nodes):
+        twice = next(v for v in nodes if list(nodes).count(v) > 1)
+        raise bad("adversary.nodes", list(nodes), f"node {twice} is listed twice", "list each node once")
     if nodes:
         chosen = np.array(sorted({int(v) for v in nodes}), dtype=np.int64)
         outside = chosen[(chosen < 0) | (chosen >= n)]

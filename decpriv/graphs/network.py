@@ -27,6 +27,13 @@ def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
     else:
         order = nodes
     mapping = {name: i for i, name in enumerate(order)}
+    loops = list(nx.selfloop_edges(graph))
+    if loops:
+        warnings.warn(
+            f"topology: {len(loops)} self-loop(s) dropped (node {loops[0][0]} first): a node does not gossip "
+            "with itself, the gossip matrix's diagonal carries its own weight",
+            stacklevel=2,
+        )
     indexed = nx.relabel_nodes(graph, mapping, copy=True)
     relabelled = nx.Graph()
     relabelled.add_nodes_from(range(n))

@@ -6,6 +6,7 @@ selected by the ``topology`` config group through ``_target_``.
 """
 
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -158,11 +159,7 @@ def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Grap
             "no such file",
             "download the edge list (e.g. SNAP facebook/414.edges) and pass its path",
         )
-    graph = nx.read_edgelist(file, comments="#", nodetype=str)
-    if graph.number_of_nodes() == 0:
-        raise bad(
-            "topology.path", str(file), "the file holds no edges", "give a file with one 'u v' pair a line"
-        )
+    graph = _read_edges(file)
     if all(name.lstrip("-").isdigit() for name in graph.nodes):
         graph = nx.relabel_nodes(graph, {name: int(name) for name in graph.nodes})
     if not nx.is_connected(graph):
@@ -173,5 +170,46 @@ def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Grap
                 "the edge list is disconnected",
                 "set it to true or fix the file",
             )
-        graph = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
+        parts = nx.number_connected_components(graph)
+        kept = graph.subgraph(max(nx.connected_components(graph), key=len)).copy()
+        warnings.warn(
+            f"topology.path={str(file)!r}: the edge list has {parts} components; kept the largest, "
+            f"{kept.number_of_nodes()} of {graph.number_of_nodes()} nodes "
+            "(topology.largest_component=false refuses a disconnected file instead)",
+            stacklevel=2,
+        )
+        graph = kept
+    return graph
+
+
+def _read_edges(file: Path) -> nx.Graph:
+    """One ``u v`` pair a line (``#`` comments, extra columns such as weights ignored); anything else is
+    refused naming the line."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise bad(
+            "topology.path", str(file), "is not a text file", "give a text file of 'u v' lines"
+        ) from None
+    except OSError as error:
+        raise bad(
+            "topology.path", str(file), f"cannot be read ({error.strerror})", "check the file"
+        ) from None
+    graph = nx.Graph()
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) < 2 or "\x00" in line:
+            raise bad(
+                "topology.path",
+                str(file),
+                f"line {number} ({line.strip()[:40]!r}) is not an edge 'u v'",
+                "write one pair of node names a line",
+            )
+        graph.add_edge(fields[0], fields[1])
+    if graph.number_of_nodes() == 0:
+        raise bad(
+            "topology.path", str(file), "the file holds no edges", "give a file with one 'u v' pair a line"
+        )
     return graph

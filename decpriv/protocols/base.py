@@ -14,6 +14,7 @@ from decpriv.adversary.recorder import Recorder
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
+from decpriv.errors import Diverged
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
 from decpriv.rng import Seeds
@@ -32,6 +33,12 @@ class Simulation:
     device: torch.device
     behaviour: Behaviour | None = None  # an active attack's message forgery, if any
     show_progress: bool = False
+
+    def guard(self, round_: int, tensor: torch.Tensor, what: str = "the node parameters") -> None:
+        """Stop the run (:class:`Diverged`, status failed with the round) when ``tensor`` holds a nan or inf:
+        a diverged run must not complete with NaN metrics."""
+        if not bool(torch.isfinite(tensor).all()):
+            raise Diverged(round_, what)
 
     def progress(self, total: int, label: str):
         """Iterate ``range(total)`` with a rich progress bar when attached to a terminal."""

@@ -114,6 +114,7 @@ class DSGD(Protocol):
         for t in sim.progress(self.rounds + 1, self.name):
             if t in evals:
                 rows.append({"round": t, **evaluate(theta)})
+                sim.guard(t, theta)
             if t == self.rounds:
                 break
             for _ in range(self.local_steps):

@@ -95,6 +95,7 @@ class FedAvg(Protocol):
             theta = global_model.expand(n, -1).clone()
             if t in evals:
                 rows.append({"round": t, **evaluate(theta)})
+                sim.guard(t, theta)
             if t == self.rounds:
                 break
             pick = torch.randperm(len(clients), generator=sampler, device=sampler.device)[:per_round]

@@ -84,6 +84,7 @@ class RandomWalkSGD(Protocol):
         for t in sim.progress(self.rounds + 1, self.name):
             if t in evals:
                 rows.append({"round": t, **evaluate(theta.expand(local.n, -1))})
+                sim.guard(t, theta)
             if t == self.rounds:
                 break
             v = int(path[t])

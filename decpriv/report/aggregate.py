@@ -4,13 +4,13 @@ The swept keys are the overrides that Hydra expanded (``topology=ring,torus``, `
 the sweep's ``multirun.yaml``; a folder of runs without one falls back to the config columns that vary.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from decpriv.report.diff import sweep_keys
+from decpriv.report.run_folder import read_status
 from decpriv.report.sweep import collect, job_folders, swept_overrides
 
 SEED = "seed"
@@ -36,7 +36,7 @@ class Sweep:
 def _metric_names(sweep: Path) -> list[str]:
     names: list[str] = []
     for job in job_folders(sweep):
-        for name in json.loads((job / "run.json").read_text()).get("metrics", []):
+        for name in read_status(job).get("metrics", []):
             if name not in names:
                 names.append(name)
     return names

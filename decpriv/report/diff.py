@@ -6,7 +6,6 @@ max(|a|, |b|)``, and the exit status is 0 when everything agrees.
 Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
 """
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from decpriv.errors import bad
+from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import swept_overrides
 
 ROW_KEYS = (
@@ -58,7 +59,7 @@ class TableDiff:
 def _metrics_of(folder: Path) -> set[str]:
     for run_json in [folder / "run.json", *sorted(folder.glob("*/run.json"))[:1]]:
         if run_json.is_file():
-            return set(json.loads(run_json.read_text()).get("metrics", []))
+            return set(read_status(run_json.parent).get("metrics", []))
     return set()
 
 
@@ -128,8 +129,24 @@ def compare_tables(
 
 def _tables(target: Path) -> dict[str, pd.DataFrame]:
     if target.is_file():
-        return {target.stem: pd.read_csv(target)}
-    return {f.stem: pd.read_csv(f) for f in sorted(target.glob("*.csv"))}
+        return {target.stem: read_table(target)}
+    return {f.stem: read_table(f) for f in sorted(target.glob("*.csv"))}
+
+
+def _comparable(target: Path) -> None:
+    """A CSV file, a run folder (run.json) or a sweep folder (job folders with run.json); anything else
+    would compare as "equal" for want of tables."""
+    if target.is_file():
+        if target.suffix != ".csv":
+            raise bad("diff", str(target), "is not a CSV table", "give two run folders, sweeps or CSV files")
+        return
+    if not (target / "run.json").is_file() and not any(target.glob("*/run.json")):
+        raise bad(
+            "diff",
+            str(target),
+            "is not a run or sweep folder (no run.json, no job folders)",
+            "give two run folders, two sweep folders or two CSV files",
+        )
 
 
 def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0.0) -> list[TableDiff]:
@@ -138,6 +155,7 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
     for target in (a, b):
         if not target.exists():
             raise FileNotFoundError(f"{target}: no such run folder or CSV file")
+        _comparable(target)
     ta, tb = _tables(a), _tables(b)
     if a.is_file() and b.is_file():
         tb = {next(iter(ta)): next(iter(tb.values()))}

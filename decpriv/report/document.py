@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
-from decpriv.report.run_folder import RunFolder, read_status, write_atomic, write_csv
+from decpriv.report.run_folder import RunFolder, read_status, read_table, write_atomic, write_csv
 from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
 
 REPORT_DIR = "report"
@@ -73,7 +73,7 @@ def sweep_document(path: Path) -> Document:
 
 def run_document(path: Path) -> Document:
     meta = read_status(path)
-    summary = pd.read_csv(path / "summary.csv").iloc[0]
+    summary = read_table(path / "summary.csv").iloc[0]
     metrics = [m for m in meta.get("metrics", []) if m in summary]
     table = pd.DataFrame({"metric": metrics, "value": [summary[m] for m in metrics]})
     facts = [
@@ -85,7 +85,7 @@ def run_document(path: Path) -> Document:
     figures = {}
     history_file = path / "history.csv"
     if history_file.is_file():
-        history = pd.read_csv(history_file)
+        history = read_table(history_file)
         columns = [
             c
             for c in history.columns

@@ -1,13 +1,18 @@
 """The run folder (DESIGN.md, "Run folder"): run.json status, tidy CSV tables, PNG pictures.
 
 Tables are written atomically (temporary file + rename) and only after every computation has finished;
-run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error.
+a failure while writing removes the tables already written, so none looks complete beside a failed
+run.json. run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error; it
+also holds the host, the process id and a heartbeat, so a run killed outright (SIGKILL, power loss) reads
+as ``interrupted`` rather than ``running`` forever (:func:`read_status`).
 """
 
 import json
 import os
 import platform
+import socket
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime
@@ -16,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from decpriv.errors import ConfigError
 
 PACKAGES = (
     "decpriv",
@@ -40,15 +47,42 @@ def package_versions() -> dict[str, str]:
     return found
 
 
+HEARTBEAT_SECONDS = 30.0
+STALE_SECONDS = 600.0  # a run on another host whose heartbeat is this old is taken for dead
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def claim_folder(path: Path | str) -> Path:
+    """Create a new, empty run folder at ``path``, or at ``path-2``, ``path-3`` ... when it exists.
+
+    ``os.mkdir`` is atomic, so two runs started in the same second never share a folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 10_000):
+        candidate = path if k == 1 else path.with_name(f"{path.name}-{k}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{path}: 10000 folders of that name exist; choose another name")
 
 
 def write_csv(path: Path, table: pd.DataFrame) -> None:
     write_atomic(path, table.to_csv(index=False, float_format="%.10g", lineterminator="\n"))
+
+
+def _now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
 
 
 class RunFolder:
@@ -57,18 +91,39 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         self.meta: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self.warnings: list[str] = []
+        self.written: list[Path] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def start(self, seed: int, device: str, config_digest: str) -> None:
         self.meta = {
             "status": "running",
             "config_digest": config_digest,
-            "started": datetime.now().isoformat(timespec="seconds"),
+            "started": _now(),
             "seed": seed,
             "device": device,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "heartbeat": _now(),
             "versions": package_versions(),
             "argv": sys.argv,
         }
         self._write_meta()
+        threading.Thread(target=self._beat, name="decpriv-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self.meta["heartbeat"] = _now()
+            try:
+                self._write_meta()
+            except OSError:
+                return
+
+    def warn(self, message: str) -> None:
+        """A warning raised during the run (each distinct message once), kept in run.json."""
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     @contextmanager
     def phase(self, name: str):
@@ -80,6 +135,7 @@ class RunFolder:
             self.timings[name] = round(time.perf_counter() - begin, 4)
 
     def write_table(self, name: str, table: pd.DataFrame) -> None:
+        self.written.append(self.path / f"{name}.csv")
         write_csv(self.path / f"{name}.csv", table)
 
     def write_figure(self, relative: str, figure) -> None:
@@ -88,28 +144,99 @@ class RunFolder:
         target = self.path / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.stem}.tmp.png")
-        figure.savefig(tmp, dpi=110, bbox_inches="tight")
-        plt.close(figure)
-        os.replace(tmp, target)
+        self.written.append(target)
+        try:
+            figure.savefig(tmp, dpi=110, bbox_inches="tight")
+            os.replace(tmp, target)
+        finally:
+            plt.close(figure)
+            tmp.unlink(missing_ok=True)
 
     def complete(self, extra: dict[str, Any] | None = None) -> None:
         self.meta.update(status="completed", **(extra or {}))
         self._finish()
 
     def fail(self, error: BaseException) -> None:
-        message = str(error) or type(error).__name__
-        self.meta.update(status="failed", error=f"{type(error).__name__}: {message}")
+        """Mark the run failed and remove the tables and pictures it had written: a half-written set
+        (a full disk during ``write``) must not look like a result."""
+        for file in self.written:
+            file.unlink(missing_ok=True)
+        self.written = []
+        self.meta.update(status="failed", error=error_text(error))
         self._finish()
 
     def _finish(self) -> None:
-        self.meta["finished"] = datetime.now().isoformat(timespec="seconds")
+        self._stop.set()
+        self.meta["finished"] = _now()
         self.meta["wall_seconds"] = {**self.timings, "total": round(sum(self.timings.values()), 4)}
+        if self.warnings:
+            self.meta["warnings"] = list(self.warnings)
         self._write_meta()
 
     def _write_meta(self) -> None:
-        write_atomic(self.path / "run.json", json.dumps(self.meta, indent=2, default=str) + "\n")
+        with self._lock:
+            write_atomic(self.path / "run.json", json.dumps(self.meta, indent=2, default=str) + "\n")
+
+
+def error_text(error: BaseException) -> str:
+    """``interrupted: SIGTERM`` for a signal, else ``<Type>: <message>``."""
+    if isinstance(error, KeyboardInterrupt):
+        return f"interrupted: {error.args[0] if error.args else 'SIGINT'}"
+    return f"{type(error).__name__}: {str(error) or type(error).__name__}"
+
+
+def _alive(meta: dict[str, Any]) -> bool:
+    """Whether the process that wrote a ``running`` run.json still runs: its pid on this host, or a
+    recent heartbeat when it ran elsewhere (a Slurm node)."""
+    try:
+        beat = datetime.fromisoformat(str(meta.get("heartbeat") or meta.get("started")))
+    except ValueError:
+        return False
+    fresh = (datetime.now() - beat).total_seconds() < STALE_SECONDS
+    if meta.get("host") != socket.gethostname() or not isinstance(meta.get("pid"), int):
+        return fresh
+    try:
+        os.kill(meta["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return fresh  # a process of another user holds that pid
+    return fresh
 
 
 def read_status(path: Path) -> dict[str, Any]:
+    """run.json as a dict (``{}`` without one). A ``running`` run whose process is gone reads as
+    ``interrupted``; a corrupt file is refused in one sentence (ConfigError)."""
     file = Path(path) / "run.json"
-    return json.loads(file.read_text()) if file.is_file() else {}
+    if not file.is_file():
+        return {}
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise corrupt(file, error) from None
+    if not isinstance(meta, dict):
+        raise corrupt(file, ValueError("not a JSON object"))
+    if meta.get("status") == "running" and not _alive(meta):
+        meta.update(
+            status="interrupted",
+            error=f"interrupted: process {meta.get('pid')} on "
+            f"{meta.get('host')} stopped without finishing (killed, or its machine went down)",
+        )
+    return meta
+
+
+def corrupt(file: Path, error: BaseException) -> ConfigError:
+    detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ConfigError(
+        f"{file}: unreadable or corrupt ({detail}); restore the file or delete the run folder."
+    )
+
+
+def read_table(file: Path) -> pd.DataFrame:
+    """A CSV table of a run folder; a corrupt or unreadable one is refused in one sentence."""
+    try:
+        return pd.read_csv(file)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise corrupt(Path(file), error) from None

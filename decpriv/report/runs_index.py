@@ -5,12 +5,14 @@ column (``topology=ring``, ``protocol.lr=0.1``) or a run.json field (``status=fa
 numbers, so ``protocol.lr=0.10`` matches ``0.1``.
 """
 
+import difflib
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
-from decpriv.errors import bad
-from decpriv.report.run_folder import read_status
+from decpriv.errors import ConfigError, bad
+from decpriv.report.run_folder import read_status, read_table
 
 COLUMNS = ["run", "status", "started", "seconds", "headline", "value", "config_digest"]
 
@@ -35,7 +37,7 @@ def _same(found: object, wanted: str) -> bool:
 def _row(folder: Path, root: Path) -> dict:
     meta = read_status(folder)
     summary_file = folder / "summary.csv"
-    summary = pd.read_csv(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
+    summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
     metrics = meta.get("metrics") or []
     headline = metrics[0] if metrics else None
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
@@ -56,8 +58,19 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder; point --root at the folder holding the runs")
-    rows = [_row(file.parent, root) for file in root.rglob("run.json")]
+    rows = []
+    for file in root.rglob("run.json"):
+        try:
+            rows.append(_row(file.parent, root))
+        except (ConfigError, IndexError) as error:  # one corrupt folder must not hide the others
+            warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
     filters = filters or {}
+    known = set().union(*(r["_fields"] for r in rows)) if rows else set()
+    for key in filters:
+        if rows and key not in known:
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            fix = f"did you mean {near[0]}?" if near else "filter on a summary.csv column or run.json field"
+            raise bad(key, filters[key], f"no run under {root} has this key", fix)
     kept = [
         r
         for r in rows

@@ -8,13 +8,15 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from decpriv.errors import ConfigError
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.document import markdown_table
-from decpriv.report.run_folder import read_status
+from decpriv.report.run_folder import read_status, read_table
 
 DETAIL = re.compile(
-    r"(_min|_max|_median|_tpr_at_0\.1pct_fpr|_max_advantage)$"
-)  # kept for the table, not the headline
+    r"(_min|_max|_median|_tpr_at_0\.1pct_fpr|_max_advantage)(_null_\w+|_p_value|_above_null)?$"
+    r"|_null_mean$|_null_lo$|_p_value$|_above_null$|_fpr_null_hi$"
+)  # kept for the table, not the headline (a statistic shows beside its null's 97.5th percentile)
 
 
 def _fmt(value: object) -> str:
@@ -28,7 +30,7 @@ def _fmt(value: object) -> str:
 def print_headline(run: Path, console: Console) -> None:
     """The run's headline metrics as a small table, then the folder."""
     meta = read_status(run)
-    summary = pd.read_csv(run / "summary.csv").iloc[0]
+    summary = read_table(run / "summary.csv").iloc[0]
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -45,7 +47,7 @@ def print_headline(run: Path, console: Console) -> None:
 def print_job_line(run: Path, line: str, console: Console) -> None:
     """One line per finished sweep job: its swept values, wall time and headline metric."""
     meta = read_status(run)
-    summary = pd.read_csv(run / "summary.csv").iloc[0]
+    summary = read_table(run / "summary.csv").iloc[0]
     metrics = [m for m in meta.get("metrics", []) if m in summary][:1]
     shown = "".join(f"  {m}={_fmt(summary[m])}" for m in metrics)
     seconds = meta.get("wall_seconds", {}).get("total", "?")
@@ -80,12 +82,15 @@ def config_options() -> list[tuple[str, str, str]]:
     return found
 
 
-def print_groups(console: Console) -> None:
+def print_groups(console: Console, only: list[str] | None = None) -> None:
+    """Every config group and option (or those of the groups in ``only``), one line each."""
     table = Table(title="decpriv config groups (choose with group=option)")
     for column in ("group", "option", "description"):
         table.add_column(column)
     last = None
     for group, option, text in config_options():
+        if only and group not in only:
+            continue
         table.add_row(group if group != last else "", option, text)
         last = group
     console.print(table)
@@ -93,7 +98,7 @@ def print_groups(console: Console) -> None:
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
     if not (run / "run.json").is_file() and not (run / "summary.csv").is_file():
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(
             f"[bold red]error:[/] {run} is not a run or sweep folder (no run.json / summary.csv)."
         )
         return 2
@@ -107,12 +112,14 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
-        frame = pd.read_csv(file)
+        frame = read_table(file)
+        rows_in_file = len(frame)
         if file.stem == "summary" and len(frame) == 1:
             keys = meta.get("metrics") or list(frame.columns)
-            frame = frame[["status", *[k for k in keys if k in frame]]].T.reset_index()
+            frame = frame[[*[c for c in ("status",) if c in frame], *[k for k in keys if k in frame]]]
+            frame = frame.T.reset_index()
             frame.columns = ["metric", "value"]
-        table = Table(title=f"{file.name} ({len(pd.read_csv(file))} rows)")
+        table = Table(title=f"{file.name} ({rows_in_file} rows)")
         for column in frame.columns:
             table.add_column(str(column))
         for _, row in frame.head(rows).iterrows():
@@ -128,8 +135,8 @@ def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, for
     """Print the differences (``form``: rich ``table``, ``csv`` or ``markdown``); 0 equal, 1 differ, 2 bad path."""
     try:
         diffs = diff_paths(a, b, rtol, atol)
-    except FileNotFoundError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+    except (FileNotFoundError, ConfigError) as error:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
         return 2
     differ = [d for d in diffs if not d.equal]
     if form != "table":

@@ -7,7 +7,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv.report.run_folder import read_status, write_csv
+from decpriv.report.run_folder import read_status, read_table, write_csv
 
 
 def job_folders(sweep: Path) -> list[Path]:
@@ -26,7 +26,7 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
             continue
         file = job / "summary.csv"
         if file.is_file():
-            row = pd.read_csv(file)
+            row = read_table(file)
         else:
             meta = read_status(job)
             row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])

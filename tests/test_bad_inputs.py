@@ -1,0 +1,281 @@
+"""Reliability as a new user meets it: bad inputs and faults are refused in one line, before any folder
+exists; no result is lost (unique run folders), none is left half-written, and no run stays "running"
+after its process died.
+
+The table runs every case through the CLI entry in the same process (what ``decpriv`` calls); the few
+cases that need real processes (two runs at once, a run killed outright) start subprocesses together.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from decpriv.cli import main
+from decpriv.report.run_folder import RunFolder, claim_folder, read_status
+
+ROUNDS = ["protocol.rounds=1", "topology.n=6", "~attack"]
+
+
+def _edges(tmp: Path) -> dict[str, Path]:
+    files = {
+        "malformed": "0 1\n1\n",
+        "empty": "# only a comment\n",
+        "loops": "0 1\n1 2\n2 0\n2 2\n5 6\n",
+    }
+    paths = {name: tmp / f"{name}.txt" for name in files}
+    for name, text in files.items():
+        paths[name].write_text(text)
+    paths["binary"] = tmp / "binary.txt"
+    paths["binary"].write_bytes(bytes(range(256)) * 4)
+    return paths
+
+
+# (argv, exit status, text the one stderr line must contain, text it must not contain)
+CONFIG_CASES = [
+    (["run", "+foo=1"], 2, "foo=1", None),
+    (["run", "protocol.lr=nan"], 2, "protocol.lr=nan", None),
+    (["run", "defense=ldp", "defense.epsilon=-inf"], 2, "defense.epsilon=-inf", None),
+    (["run", "name=../../x"], 2, "name=", None),
+    (["run", "topolgy=ring"], 2, "did you mean topology", None),
+    (["run", "topology=torsu"], 2, "did you mean torus", None),
+    (["run", "protocol.lrr=0.1"], 2, "did you mean protocol.lr", None),
+    (["run", "adversary.nodes=[1,1]"], 2, "adversary.nodes", None),
+    # cross-plugin checks: decided by the build, before any folder
+    (["run", "attack=knowledge_matrix"], 2, "protocol.batch_size", "dsgd_default"),
+    (["run", "protocol=gossip", "attack=diffgrad"], 2, "protocol", "gossip_default"),
+    (["run", "protocol=pdmm", "defense=muffliato"], 2, "defense", "pdmm_default"),
+    (["run", "data=mnist"], 2, "data.root", "dsgd_default"),
+    (["run", "-m", "attack=mia,knowledge_matrix"], 2, "protocol.batch_size", None),
+    # a hint appears only when the default attack is the cause
+    (["run", "topology=torus", "topology.n=10"], 2, "topology.n=10", "~attack"),
+    (["run", "protocol.lr=-1"], 2, "protocol.lr", "~attack"),
+    # output folders that cannot be written
+    (["run", "hydra.run.dir=/proc/decpriv_x"], 2, "hydra.run.dir", None),
+    (["run", "hydra.run.dir=plain_file/x"], 2, "hydra.run.dir", None),
+    (["run", "-m", "seed=0,1", "hydra.sweep.dir=plain_file/x"], 2, "hydra.sweep.dir", None),
+]
+if not torch.cuda.is_available():
+    CONFIG_CASES.append((["run", "device=cuda"], 2, "device", None))
+EDGE_CASES = [("malformed", "line 2"), ("binary", "not a text file"), ("empty", "no edges")]
+
+
+def _one_line(capsys, argv: list[str], status: int, must: str, must_not: str | None) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == status, (argv, code, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err)
+    assert must in err, (argv, err)
+    assert must_not is None or must_not not in err, (argv, err)
+    return err
+
+
+def test_bad_config_is_one_line_exit_2_and_creates_no_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("plain_file").write_text("not a folder\n")
+    for argv, status, must, must_not in CONFIG_CASES:
+        _one_line(capsys, [*argv, "protocol.rounds=3"], status, must, must_not)
+    edges = _edges(tmp_path)
+    for name, must in EDGE_CASES:
+        argv = ["run", "topology=edgelist", f"topology.path={edges[name]}"]
+        _one_line(capsys, argv, 2, must, "Error in call")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["plain_file", *[f.name for f in edges.values()]]
+    )
+
+
+def _fake_run(folder: Path, status: str = "completed", **summary: object) -> Path:
+    folder.mkdir(parents=True)
+    meta = {"status": status, "started": "2026-01-01T00:00:00", "metrics": ["test_accuracy"]}
+    (folder / "run.json").write_text(json.dumps(meta))
+    pd.DataFrame([{"status": status, "test_accuracy": 0.5, **summary}]).to_csv(
+        folder / "summary.csv", index=False
+    )
+    return folder
+
+
+def test_reading_commands_refuse_corrupt_or_foreign_folders_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    good = _fake_run(tmp_path / "runs" / "good", topology="ring")
+    bad_json = _fake_run(tmp_path / "runs" / "bad_json")
+    (bad_json / "run.json").write_text('{"status": "compl')
+    bad_csv = _fake_run(tmp_path / "runs" / "bad_csv")
+    (bad_csv / "summary.csv").write_bytes(b'"unterminated,\x00\x01\n1,2,3,4\n')
+    unwritable = _fake_run(tmp_path / "unwritable")
+    (unwritable / "report").write_text("a file where report/ would go\n")
+    for folder in ("etc", "share"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "notes.txt").write_text("not a run\n")
+    cases = [
+        (["show", str(bad_json)], 2, "run.json"),
+        (["show", str(bad_csv)], 2, "summary.csv"),
+        (["report", str(bad_json)], 2, "run.json"),
+        (["report", str(bad_csv)], 2, "summary.csv"),
+        (["diff", str(good), str(bad_json)], 2, "run.json"),
+        (["diff", str(good), str(bad_csv)], 2, "summary.csv"),
+        (["diff", "etc", "share"], 2, "not a run or sweep folder"),
+        (["diff", str(good), "etc"], 2, "etc"),
+        (["runs", "--root", str(good), "nosuchkey=3"], 2, "nosuchkey"),
+        (["runs", "--root", str(good), "topolgy=ring"], 2, "did you mean topology"),
+        (["list", "nosuchgroup"], 2, "nosuchgroup"),
+        (["list", "topolgy"], 2, "did you mean topology"),
+        (["report", str(unwritable)], 1, "report"),
+        (
+            ["plot", str(good), "x=topology", "y=test_accuracy", "table=summary", "out=/proc/x/y.png"],
+            1,
+            "/proc",
+        ),
+    ]
+    for argv, status, must in cases:
+        _one_line(capsys, argv, status, must, None)
+    # one corrupt folder does not break the index: it is skipped with a warning
+    assert main(["runs", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    listed = pd.read_csv(__import__("io").StringIO(captured.out))
+    assert list(listed.run) == ["good"]
+    warned = captured.err.strip().splitlines()
+    assert len(warned) == 2 and all(w.startswith("warning: skipped") for w in warned), warned
+    assert main(["list", "topology"]) == 0 and "torus" in capsys.readouterr().out
+
+
+def test_claimed_folders_are_unique_across_threads(tmp_path):
+    base = tmp_path / "runs" / "12-00-00"
+    found: list[Path] = []
+    threads = [threading.Thread(target=lambda: found.append(claim_folder(base))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(found)) == 8 and base in found and base.with_name("12-00-00-8") in found
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "HYDRA_FULL_ERROR": "0"}
+    decpriv = Path(sys.executable).with_name("decpriv")
+    return subprocess.Popen(
+        [str(decpriv), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+KILLED = (
+    "import os, signal\n"
+    "from decpriv.report.run_folder import RunFolder\n"
+    "RunFolder('killed').start(0, 'cpu', 'digest')\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+def test_two_runs_at_once_keep_both_results_and_a_killed_run_reads_as_interrupted(tmp_path, capsys):
+    """Two runs started together from one folder, and a process killed outright (SIGKILL) mid-run."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.Popen([sys.executable, "-c", KILLED], cwd=tmp_path, env=env)
+    pair = [_cli("run", *ROUNDS, cwd=tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in pair]
+    assert [p.returncode for p in pair] == [0, 0], outs
+    folders = sorted(p.parent for p in (tmp_path / "runs").glob("*/*/run.json"))
+    assert len(folders) == 2 and all(read_status(f)["status"] == "completed" for f in folders)
+    assert sorted(str(f.relative_to(tmp_path)) for f in folders) == sorted(
+        o.split("run folder: ")[1].split()[0].removeprefix(f"{tmp_path}/") for o, _ in outs
+    )
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    raw = json.loads((tmp_path / "killed" / "run.json").read_text())
+    assert raw["status"] == "running" and raw["pid"] == killed.pid
+    assert read_status(tmp_path / "killed")["status"] == "interrupted"
+    assert main(["runs", "--root", str(tmp_path), "--format", "csv", "status=interrupted"]) == 0
+    listed = capsys.readouterr().out
+    assert "killed" in listed and "runs/" not in listed
+
+
+def _interrupt_when_running(folder: Path, send) -> threading.Thread:
+    def wait_then_send() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (folder / "run.json").is_file() and read_status(folder).get("status") == "running":
+                time.sleep(0.3)
+                send()
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=wait_then_send, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    ("how", "status"),
+    [
+        ("SIGTERM", 143),
+        ("SIGINT", 130),
+    ],
+)
+def test_sigterm_and_ctrl_c_mark_the_run_failed_in_one_line(tmp_path, monkeypatch, capsys, how, status):
+    monkeypatch.chdir(tmp_path)
+    import _thread
+
+    send = {
+        "SIGTERM": lambda: os.kill(os.getpid(), signal.SIGTERM),
+        "SIGINT": _thread.interrupt_main,  # what Ctrl-C does, without a signal pytest would also see
+    }[how]
+    thread = _interrupt_when_running(tmp_path / "r", send)
+    code = main(["run", "protocol.rounds=1000000", "topology.n=4", "~attack", "hydra.run.dir=r"])
+    thread.join()
+    err = capsys.readouterr().err.strip()
+    assert code == status and len(err.splitlines()) == 1 and "interrupted" in err, err
+    meta = read_status(tmp_path / "r")
+    assert meta["status"] == "failed" and meta["error"] == f"interrupted: {how}"
+    assert sorted(f.name for f in (tmp_path / "r").glob("*.csv")) == ["summary.csv"]
+    assert pd.read_csv(tmp_path / "r" / "summary.csv").status[0] == "failed"
+
+
+def test_a_full_disk_while_writing_leaves_no_table_that_looks_complete(tmp_path, monkeypatch):
+    from decpriv.api import run as api_run
+
+    written = []
+    original = RunFolder.write_table
+
+    def fill_up(self, name, table):
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        written.append(name)
+        original(self, name, table)
+
+    monkeypatch.setattr(RunFolder, "write_table", fill_up)
+    with pytest.raises(OSError, match="No space"):
+        api_run(ROUNDS, out_dir=tmp_path / "full")
+    assert len(written) == 2
+    assert read_status(tmp_path / "full")["status"] == "failed"
+    assert not list((tmp_path / "full").glob("*.csv")) and not list((tmp_path / "full").rglob("*.png"))
+
+
+def test_diverging_training_fails_with_the_round(tmp_path):
+    from decpriv.api import run as api_run
+    from decpriv.errors import Diverged
+
+    with pytest.raises(Diverged) as caught:
+        api_run(["protocol.lr=1e38", "protocol.rounds=5", "topology.n=4", "~attack"], out_dir=tmp_path / "d")
+    meta = read_status(tmp_path / "d")
+    assert meta["status"] == "failed" and f"at round {caught.value.round}" in meta["error"]
+    assert 0 < caught.value.round <= 5
+    assert not (tmp_path / "d" / "history.csv").exists()
+
+
+def test_silent_repairs_are_reported_once_on_stderr_and_in_run_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    edges = _edges(tmp_path)
+    argv = ["run", "topology=edgelist", f"topology.path={edges['loops']}", "protocol.rounds=1", "~attack"]
+    argv.append("hydra.run.dir=g")
+    assert main(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 2 and all(line.startswith("warning: topology") for line in err), err
+    assert any("self-loop" in line for line in err) and any("2 components" in line for line in err)
+    meta = read_status(tmp_path / "g")
+    assert meta["warnings"] == [line.removeprefix("warning: ") for line in err]
+    assert pd.read_csv(tmp_path / "g" / "summary.csv").nodes[0] == 3
