@@ -106,6 +106,19 @@ def test_fedavg_under_secure_aggregation_trains_the_same_model_and_hides_updates
     assert torch.allclose(view.transcript.aggregates[-1, 0], masked.final[0], atol=1e-6)
 
 
+def test_secret_sharing_hides_updates_below_k_aggregators_and_trains_the_same():
+    base = ["protocol=fedavg", "topology=complete", "topology.n=6", "protocol.rounds=3", "attack=mia"]
+    base += ["adversary=server"]
+    _, plain, plain_view = pipeline(base)
+    sent = plain_view.transcript.values
+    for colluding, hidden in ((1, True), (2, False)):
+        setup, shared, view = pipeline([*base, "defense=secret_sharing", f"defense.colluding={colluding}"])
+        assert torch.allclose(shared.final, plain.final, atol=1e-6)
+        gap = float((view.transcript.values - sent).abs().max())
+        assert gap > 1e3 if hidden else gap < 1e-6  # one share is noise; all k shares are the update
+    assert setup.defense.summary()["ss_messages_per_round"] == 6 * 2 + 2
+
+
 def run_sybils(tmp_path, extra):
     graph = tmp_path / "fig10.txt"
     graph.write_text(FIG10_EDGES)
@@ -134,6 +147,26 @@ def test_two_sybils_recover_the_victim_update_exactly(tmp_path, defense):
         assert (table.received_relative_error > 1e3).all()  # a single node sees a masked message
     else:
         assert (table.received_relative_error == 0).all()
+
+
+def test_rewired_sybils_on_a_torus():
+    overrides = ["topology=torus", "topology.n=16", "gossip_matrix=uniform", "protocol.rounds=2"]
+    overrides += [
+        "protocol.dtype=float64",
+        "attack=sybil_evasion",
+        "adversary.sybils=5",
+        "attack.permutations=5",
+    ]
+    overrides += ["defense=secure_aggregation", "adversary.rewire=true"]
+    setup, outcome, view = pipeline(overrides)
+    pair, net = setup.adversary.sybils, setup.network
+    assert pair.rewired and net.n == 16
+    hood = lambda u: set(net.neighbours(u).tolist()) | {u}  # noqa: E731
+    assert hood(pair.b) - {pair.a, pair.b} == hood(pair.a) - {pair.a, pair.b, pair.victim}
+    findings = setup.attack.run(view)
+    truth = Truth(setup.dataset, setup.local, outcome.final, outcome.truth)
+    table = setup.attack.evaluate(findings, truth, view).tables["sybil_evasion"]
+    assert (table.recovered_relative_error <= 1e-6).all()
 
 
 def test_sybil_drop_out_claim_on_a_complete_graph():
@@ -167,7 +200,7 @@ def test_sybil_drop_out_claim_on_a_complete_graph():
         ),
         (
             ["topology=ring", "attack=sybil_evasion", "adversary.sybils=3"],
-            ["adversary.sybils=3", "topology=complete"],
+            ["adversary.sybils=3", "adversary.rewire=true", "topology=complete"],
         ),
         (["attack=sybil_evasion"], ["adversary.sybils=None"]),
         (
@@ -184,6 +217,11 @@ def test_sybil_drop_out_claim_on_a_complete_graph():
         ),
         (["defense=secure_aggregation", "attack=state_override"], ["secure aggregation", "sybil_evasion"]),
         (["defense=secure_aggregation", "attack=echo"], ["secure aggregation"]),
+        (["defense=secret_sharing", "~attack"], ["defense='secret_sharing'", "protocol=fedavg"]),
+        (
+            ["protocol=fedavg", "defense=secret_sharing", "defense.colluding=3", "~attack"],
+            ["defense.colluding=3"],
+        ),
     ],
 )
 def test_bad_configurations_are_refused(overrides, words):

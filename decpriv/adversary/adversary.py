@@ -2,9 +2,10 @@
 
 from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
-from decpriv.errors import bad
+from decpriv.errors import ConfigError, bad
 from decpriv.graphs.network import Network
 from decpriv.rng import Seeds
 
@@ -19,6 +20,7 @@ class Adversary:
     nodes: np.ndarray
     eavesdropper: bool = False
     sybils: "SybilPair | None" = None
+    graph: nx.Graph | None = None  # the graph after the Sybils chose their edges (adversary.rewire)
 
     @property
     def present(self) -> bool:
@@ -55,6 +57,37 @@ class SybilPair:
     a: int
     b: int
     dropout: bool
+    rewired: bool = False
+
+
+def rewire_sybils(network: Network, victim: int, nodes: list[int] | None) -> tuple[SybilPair, nx.Graph]:
+    """Sybils that choose their edges (a P2P newcomer picks its neighbours, Pasquini et al. 2023, Sec. 6.1):
+    a is a neighbour of v and keeps its edges, b drops its own and links to a and to a's other neighbours,
+    so N(b) = N(a) minus v. The first (a, b) that leaves the graph connected, or ``nodes`` = [a, b]."""
+    graph = network.graph
+    if nodes:
+        candidates = [(int(nodes[0]), int(nodes[1]))]
+    else:
+        hood = set(network.neighbours(victim).tolist()) | {victim}
+        firsts = [a for a in network.neighbours(victim).tolist() if network.degrees[a] >= 2]
+        candidates = [(a, b) for a in firsts[:1] for b in range(network.n) if b not in hood]
+    for a, b in candidates:
+        if victim in (a, b) or a == b or not graph.has_edge(a, victim):
+            continue
+        rewired = graph.copy()
+        rewired.remove_edges_from(list(graph.edges(b)))
+        shared = [u for u in graph.neighbors(a) if u not in (victim, b)]
+        rewired.add_edges_from([(b, a), *((b, u) for u in shared)])
+        if shared and nx.is_connected(rewired):
+            named = nx.relabel_nodes(rewired, dict(enumerate(network.names)))
+            return SybilPair(victim, a, b, False, True), named
+    raise bad(
+        "adversary.sybils",
+        victim,
+        "no Sybil pair (a neighbour a of the victim with another neighbour, and a b whose edges can move "
+        "without disconnecting the graph) can be rewired around this victim",
+        "pick another victim or other adversary.nodes",
+    )
 
 
 def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> SybilPair:
@@ -95,8 +128,8 @@ def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> Sybi
         victim,
         "no two nodes a, b of this graph have N(b) = N(a) minus the victim, so no pair of Sybils' "
         "aggregates differs by the victim's update alone",
-        "use topology=complete (fault-tolerant secure aggregation: b fakes the victim's drop-out) or a graph "
-        "with such a pair (docs/secure_aggregation.md)",
+        "set adversary.rewire=true (the Sybils choose their edges), use topology=complete (fault-tolerant "
+        "secure aggregation: b fakes the victim's drop-out) or a graph with such a pair",
     )
 
 
@@ -108,9 +141,11 @@ def choose_adversary(
     strategy: str = "random",
     eavesdropper: bool = False,
     sybils: int | None = None,
+    rewire: bool = False,
 ) -> Adversary:
     """``adversary.nodes`` if given; else ``adversary.count`` nodes picked by ``adversary.strategy``;
-    with ``adversary.sybils`` = a victim, two Sybils placed around it (``nodes`` may name them)."""
+    with ``adversary.sybils`` = a victim, two Sybils placed around it (``nodes`` may name them), on the
+    graph as it is or, with ``adversary.rewire``, by letting them choose their edges."""
     n = network.n
     if nodes and not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
         raise bad(
@@ -119,6 +154,15 @@ def choose_adversary(
     if nodes and len(set(nodes)) < len(nodes):
         twice = next(v for v in nodes if list(nodes).count(v) > 1)
         raise bad("adversary.nodes", list(nodes), f"node {twice} is listed twice", "list each node once")
+    if sybils is not None:
+        graph = None
+        try:
+            pair = place_sybils(network, sybils, nodes)
+        except ConfigError:
+            if not rewire:
+                raise
+            pair, graph = rewire_sybils(network, sybils, nodes)
+        return Adversary(np.array(sorted([pair.a, pair.b]), dtype=np.int64), eavesdropper, pair, graph)
     if nodes:
         chosen = np.array(sorted({int(v) for v in nodes}), dtype=np.int64)
         outside = chosen[(chosen < 0) | (chosen >= n)]
