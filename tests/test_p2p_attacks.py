@@ -3,6 +3,7 @@ membership inference in DL and FL, and the refusals of bad input."""
 
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -13,11 +14,35 @@ from decpriv.experiment import build
 DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
 
 
-def run(cli, tmp_path, *args):
-    proc = cli("run", "hydra.run.dir=out", *args)
+def run(cli, tmp_path, *args, folder="out"):
+    proc = cli("run", f"hydra.run.dir={folder}", *args)
     assert proc.returncode == 0, proc.stderr
-    out = tmp_path / "out"
+    out = tmp_path / folder
     return out, pd.read_csv(out / "summary.csv").iloc[0]
+
+
+def sweep(cli, tmp_path, *args):
+    """A preset's own -m sweep; the sweep's summary.csv, one row per job."""
+    proc = cli("run", "-m", "hydra.sweep.dir=sweep", *args)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert (table.status == "completed").all()
+    return table
+
+
+def above_null(s, key):
+    """The statistic beats the 97.5th percentile of its shuffled-membership null."""
+    return s[key] > s[f"{key}_null_hi"]
+
+
+def clearly_more(a, b, key, key_b=None):
+    """a's statistic exceeds b's by more than the two nulls' 95% half-widths combined (a difference of
+    two independent null draws spreads by the root sum of squares)."""
+    key_b = key_b or key
+    margin = np.hypot(
+        a[f"{key}_null_hi"] - a[f"{key}_null_mean"], b[f"{key_b}_null_hi"] - b[f"{key_b}_null_mean"]
+    )
+    return a[key] - b[key_b] > margin
 
 
 def test_gradient_recovery_is_exact_full_batch(cli, tmp_path):
@@ -110,42 +135,97 @@ def test_echo_raises_victim_generalisation_error(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_mia_dl_views_and_fl_views(cli, tmp_path):
-    out, s = run(
-        cli,
-        tmp_path,
-        "topology=torus",
-        "topology.n=36",
-        *DPSGD,
-        "attack=mia",
-        "attack.marginalize=true",
-        "attack.every=20",
-        "adversary.nodes=[0]",
-        "protocol.rounds=40",
-    )
+def test_preset_fig3_dl_leaks_more_than_fl(cli, tmp_path):
+    """Pasquini et al. Fig. 3 (pasquini_fig3_torus36 + pasquini_fig3_fl, ~1.5 min on 2 cores): curious
+    D-PSGD nodes beat the null on the received and marginalised updates; the FedAvg server (every update)
+    too, but a FedAvg user attacking the global model gains clearly less than the DL neighbour."""
+    out, dl = run(cli, tmp_path, "experiment=pasquini_fig3_torus36")
     table = pd.read_csv(out / "mia.csv")
-    assert set(table.view) == {"received", "marginalised", "auto"}
-    assert set(table.victim) == {1, 5, 6, 30}  # torus-36 neighbours of node 0
-    assert (table.auc.between(0, 1)).all() and (table.advantage.between(0, 0.5)).all()
-    assert s.mia_received_advantage > 0.02
+    assert set(table.view) == {"received", "marginalised", "auto"} and table.victim.nunique() >= 12
+    assert (table.members == 16).all() and (table.non_members == 16).all()
+    for view in ("received", "marginalised"):
+        assert above_null(dl, f"mia_{view}_auc") and above_null(dl, f"mia_{view}_advantage")
     assert (out / "plots" / "mia_vs_generalisation.png").exists()
-    fl = tmp_path / "fl"
-    fl.mkdir()
-    proc = cli(
-        "run",
-        "hydra.run.dir=fl",
-        "protocol=fedavg",
-        "topology=complete",
-        "topology.n=36",
-        "model=mlp",
-        "attack=mia",
-        "attack.every=20",
-        "adversary.eavesdropper=true",
-        "protocol.rounds=40",
-    )
-    assert proc.returncode == 0, proc.stderr
-    f = pd.read_csv(tmp_path / "fl" / "summary.csv").iloc[0]
-    assert f.mia_fl_update_advantage > f.mia_fl_global_advantage  # the server sees more than a user
+    _, fl = run(cli, tmp_path, "experiment=pasquini_fig3_fl", folder="fl")
+    assert above_null(fl, "mia_fl_update_auc")  # the server sees each update
+    assert clearly_more(dl, fl, "mia_marginalised_auc", "mia_fl_global_auc")  # DL neighbour vs FL user
+    assert clearly_more(fl, fl, "mia_fl_update_auc", "mia_fl_global_auc")  # server vs user
+
+
+@pytest.mark.slow
+def test_preset_fig3_social32_leaks_above_the_null(cli, tmp_path):
+    """Pasquini et al. Fig. 3, social-32 (pasquini_fig3_social32, ~1 min on 2 cores)."""
+    _, s = run(cli, tmp_path, "experiment=pasquini_fig3_social32")
+    for view in ("received", "marginalised"):
+        assert above_null(s, f"mia_{view}_auc") and above_null(s, f"mia_{view}_advantage")
+
+
+@pytest.mark.slow
+def test_preset_fig4_denser_graphs_leak_less(cli, tmp_path):
+    """Pasquini et al. Fig. 4 (pasquini_fig4_regular36 -m, four runs, ~4 min on 2 cores): the marginalised
+    updates' AUC falls with the degree, and d = 3 beats d = 24 by more than their nulls allow."""
+    table = sweep(cli, tmp_path, "experiment=pasquini_fig4_regular36").sort_values("topology.d")
+    assert table["topology.d"].tolist() == [3, 6, 12, 24]
+    auc = table.mia_marginalised_auc.to_numpy()
+    assert np.corrcoef(table["topology.d"], auc)[0, 1] < -0.8
+    sparse, dense = table.iloc[0], table.iloc[-1]
+    assert above_null(sparse, "mia_marginalised_auc") and above_null(sparse, "mia_received_auc")
+    assert clearly_more(sparse, dense, "mia_marginalised_auc")
+
+
+@pytest.mark.slow
+def test_preset_fig18_more_users_leak_more(cli, tmp_path):
+    """Pasquini et al. Figs. 18/20 (pasquini_fig18_sparse -m: torus-16/36/64 with |X|/n samples each,
+    ~3 min on 2 cores): the AUC grows with n at degree 4, torus-64 beats torus-16 beyond the nulls."""
+    table = sweep(cli, tmp_path, "experiment=pasquini_fig18_sparse").sort_values("topology.n")
+    assert table["topology.n"].tolist() == [16, 36, 64]
+    assert table.mia_marginalised_auc.is_monotonic_increasing
+    small, large = table.iloc[0], table.iloc[-1]
+    assert above_null(large, "mia_marginalised_auc") and above_null(large, "mia_received_auc")
+    assert clearly_more(large, small, "mia_marginalised_auc")
+
+
+@pytest.mark.slow
+def test_preset_appb_discovery_far_above_chance(cli, tmp_path):
+    """Pasquini et al. App. B (pasquini_appb_discovery): exact neighbourhoods in >= 95% of trials, where
+    guessing one of the searched subsets would succeed once in 2^15."""
+    out, s = run(cli, tmp_path, "experiment=pasquini_appb_discovery")
+    table = pd.read_csv(out / "neighbour_discovery.csv")
+    chance = float((1 / table.candidates).mean())
+    assert chance <= 2.0**-15 and s.discovery_exact_rate >= 0.95 and s.discovery_final_exact_rate == 1.0
+
+
+@pytest.mark.slow
+def test_preset_fig11_echo_raises_generalisation_and_membership(cli, tmp_path):
+    """Pasquini et al. Figs. 11-12 (pasquini_fig11_echo -m, two runs): the marginalised echo raises the
+    victim's local generalisation error > 2x the other neighbours' (paper ~4x) and more than the received
+    echo; membership inference on the victim's updates is above its shuffled-membership null."""
+    table = sweep(cli, tmp_path, "experiment=pasquini_fig11_echo").set_index("attack.variant")
+    marg, received = table.loc["marginalised"], table.loc["received"]
+    assert marg.echo_victim_local_generalisation_error > 2 * marg.echo_others_local_generalisation_error
+    assert marg.echo_victim_local_generalisation_error > received.echo_victim_local_generalisation_error
+    job = tmp_path / "sweep" / str(int(np.flatnonzero(table.index == "marginalised")[0]))
+    echo = pd.read_csv(job / "echo.csv")
+    last = echo[(echo["round"] == echo["round"].max()) & (echo.view == "echo_victim")].iloc[0]
+    assert last.auc > last.auc_null_hi and last.advantage > last.advantage_null_hi
+
+
+@pytest.mark.slow
+def test_preset_fig16_override_rushing_and_not(cli, tmp_path):
+    """Pasquini et al. Fig. 16 (pasquini_fig16_override -m): a rushing attacker controls every coverable
+    victim's state exactly, a non-rushing one most of it (an honest node controls none of it)."""
+    table = sweep(cli, tmp_path, "experiment=pasquini_fig16_override").set_index("attack.rushing")
+    assert (table.override_victims == 24).all()
+    assert table.loc[True].override_min_controlled_fraction > 1 - 1e-5
+    assert 0.9 < table.loc[False].override_min_controlled_fraction < 1 - 1e-5
+
+
+@pytest.mark.slow
+def test_preset_fig9_active_inversion(cli, tmp_path):
+    """Pasquini et al. Fig. 9 (pasquini_fig9_active_inversion): >= 6 of each 8-sample batch read exactly."""
+    _, s = run(cli, tmp_path, "experiment=pasquini_fig9_active_inversion")
+    assert s.active_inversion_victims == 24 and s.active_inversion_batch_size == 8
+    assert s.active_inversion_mean_samples_recovered >= 6
 
 
 @pytest.mark.parametrize(
@@ -183,7 +263,11 @@ def test_bad_input_exit_2_from_the_cli(cli):
     assert proc.returncode == 2 and "attack.victim=1" in proc.stderr
 
 
-def test_mia_quick_views(cli, tmp_path):
+@pytest.mark.parametrize("lr", [0.5, 1e-6])
+def test_mia_balanced_and_beside_its_null(cli, tmp_path, lr):
+    """A node's 16-sample training set leaks through the updates it sends (AUC ~0.75 after 8 rounds, far
+    above the shuffled-membership null); with a learning rate of 1e-6 the models never leave the common
+    initialisation and the attack stays inside the null."""
     out, s = run(
         cli,
         tmp_path,
@@ -193,13 +277,32 @@ def test_mia_quick_views(cli, tmp_path):
         "attack=mia",
         "attack.marginalize=auto",
         "attack.every=4",
-        "adversary.nodes=[0]",
+        "adversary.nodes=[0,6]",
+        "partition.per_node=16",
         "protocol.rounds=8",
+        f"protocol.lr={lr}",
     )
     table = pd.read_csv(out / "mia.csv")
-    assert set(table.view) == {"received", "auto"} and set(table.victim) == {1, 11}
+    assert set(table.view) == {"received", "auto"} and set(table.victim) == {1, 5, 7, 11}
     assert set(table["round"]) == {0, 4, 7}
-    assert table.advantage.between(0, 0.5).all() and table.auc.between(0, 1).all()
+    assert (table.members == 16).all() and (table.non_members == 16).all()  # balanced
+    for stat in ("advantage", "auc", "tpr_at_1pct_fpr"):
+        assert (table[f"{stat}_null_lo"] <= table[f"{stat}_null_mean"]).all()
+        assert (table[f"{stat}_null_mean"] <= table[f"{stat}_null_hi"]).all()
+        assert table[f"{stat}_p_value"].between(1 / 201 - 1e-9, 1).all()
+    for view in ("received", "auto"):
+        for stat in ("advantage", "auc"):
+            key = f"mia_{view}_{stat}"
+            assert s[f"{key}_above_null"] == above_null(s, key) == (lr == 0.5), (
+                key,
+                s[key],
+                s[f"{key}_null_hi"],
+            )
+    if lr == 0.5:
+        assert s.mia_received_auc > 0.7 and s.mia_received_auc_p_value < 0.01
+    else:
+        assert abs(s.mia_received_auc - 0.5) < 0.1 and s.mia_received_auc_p_value > 0.05
+    assert (out / "plots" / "mia_vs_generalisation.png").exists()
 
 
 def test_recovered_gradient_inverts_to_a_training_image(cli, tmp_path):
@@ -221,26 +324,21 @@ def test_recovered_gradient_inverts_to_a_training_image(cli, tmp_path):
 
 @pytest.mark.slow
 def test_self_centred_clipping_amplifies_membership_leakage(cli, tmp_path):
+    """He et al.'s clipping keeps nodes near their own models (Pasquini et al. App. A.1): the received
+    updates' AUC rises above the null and above the undefended run's by more than the nulls allow."""
     common = (
         "topology=torus",
         "topology.n=36",
         *DPSGD,
         "attack=mia",
         "attack.every=25",
-        "adversary.nodes=[0]",
-    )
-    _, plain = run(cli, tmp_path, *common, "protocol.rounds=50")
-    proc = cli(
-        "run",
-        "hydra.run.dir=scc",
-        *common,
+        "adversary.count=6",
         "protocol.rounds=50",
-        "defense=self_centred_clipping",
-        "defense.tau=0.1",
     )
-    assert proc.returncode == 0, proc.stderr
-    clipped = pd.read_csv(tmp_path / "scc" / "summary.csv").iloc[0]
-    assert clipped.mia_received_advantage > plain.mia_received_advantage + 0.03
+    _, plain = run(cli, tmp_path, *common)
+    _, clipped = run(cli, tmp_path, *common, "defense=self_centred_clipping", "defense.tau=0.1", folder="scc")
+    assert above_null(clipped, "mia_received_auc") and above_null(clipped, "mia_received_advantage")
+    assert clearly_more(clipped, plain, "mia_received_auc")
 
 
 def test_active_inversion_reads_the_batch_exactly(cli, tmp_path):

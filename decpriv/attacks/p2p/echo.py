@@ -83,6 +83,7 @@ class Echo(Attack):
             raise bad(
                 "data", setup.dataset.name, "no held-out set to score against", "use data with a test split"
             )
+        self.seeds = setup.seeds
         require_neighbours(net, adv.nodes)
         a = int(adv.nodes[0])
         if self.victim is not None:
@@ -125,7 +126,7 @@ class Echo(Attack):
         )
 
     def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Report:
-        table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds)
+        table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds, self.seeds).table
         local = truth.local
         v = torch.as_tensor(table.victim.to_numpy().copy())
         with torch.no_grad():

@@ -25,11 +25,13 @@ from decpriv.attacks.p2p.neighbourhood import (
     victims_of,
 )
 from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
-from decpriv.attacks.p2p.scores import SCORES, best_threshold_advantage, roc_metrics
+from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
+from decpriv.attacks.p2p.scores import SCORES
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Report
 from decpriv.report.plots import plt
+from decpriv.rng import Seeds
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 
@@ -141,17 +143,61 @@ def forward_many(model: FunctionalModel, thetas: torch.Tensor, x: torch.Tensor, 
     return vmap(model.forward, in_dims=(0, None if shared else 0))(thetas, x.to(thetas.dtype))
 
 
+def balanced_sets(counts: np.ndarray, n_test: int, rng: np.random.Generator):
+    """Equal numbers of members and non-members per node: c_v = min(|D_v|, |O|) of each, drawn uniformly
+    (Pasquini et al. 2023, Sec. 4.1: |X| = |O|). Returns the kept member slots (n, M) of the padded local
+    sets, and the test indices (n, C) with their mask (n, C)."""
+    keep_count = np.minimum(counts, n_test)
+    slots = np.arange(counts.max())
+    keys = np.where(slots < counts[:, None], rng.random((len(counts), len(slots))), 2.0)
+    members = keys.argsort(1).argsort(1) < keep_count[:, None]
+    outside = rng.random((len(counts), n_test)).argsort(1)[:, : keep_count.max()]
+    return (
+        torch.as_tensor(members),
+        torch.as_tensor(outside),
+        torch.as_tensor(np.arange(outside.shape[1]) < keep_count[:, None]),
+    )
+
+
+@dataclass(eq=False)
+class Scored:
+    """One row per tested model (statistics, their null summaries, sample counts) and the raw null draws
+    ``null[stat]`` (K, B) that the summary averages over victims before taking quantiles."""
+
+    table: pd.DataFrame
+    null: dict[str, np.ndarray]
+
+
 def score_targets(
-    model: FunctionalModel, targets: Targets, truth: Truth, score: str, thresholds: int, chunk: int = 128
-) -> pd.DataFrame:
-    """One row per tested model: advantage, AUC, TPR at low FPR, and the model's generalisation error
-    acc(X) - acc(O) on the union X of the training sets and the test set O (Sec. 3)."""
+    model: FunctionalModel,
+    targets: Targets,
+    truth: Truth,
+    score: str,
+    thresholds: int,
+    seeds: Seeds,
+    permutations: int = 200,
+    chunk: int = 64,
+) -> Scored:
+    """Membership statistics of each tested model on the victim's (subsampled) training set against as
+    many test samples, each beside ``permutations`` shuffled-membership draws (seed stream
+    ``attack.mia.null``), and the model's generalisation error acc(X) - acc(O) on the union X of the
+    training sets and the test set O (Sec. 3)."""
     local, data = truth.local, truth.dataset
     fn = SCORES[score]
+    keep, outside_idx, outside_mask = balanced_sets(
+        local.counts.numpy(), len(data.x_test), seeds.numpy("attack.mia.balance")
+    )
     victims = torch.as_tensor(targets.table.victim.to_numpy().copy())
+    # one set of relabellings per victim, shared by all its rows, so that means and maxima over rounds
+    # and views have a valid null too
+    once, which = torch.unique(victims, return_inverse=True)
+    valid_all = torch.cat([keep[once], outside_mask[once]], 1)
+    members = torch.cat([keep[once], torch.zeros_like(outside_mask[once])], 1)
+    relabelled = shuffled_labels(members, valid_all, permutations, seeds.torch("attack.mia.null"))
     x_all = local.x[local.mask]
     y_all = local.y[local.mask]
-    out = []
+    columns: dict[str, list] = {"members": [], "non_members": [], "generalisation_error": []}
+    observed, null = {s: [] for s in STATISTICS}, {s: [] for s in STATISTICS}
     for start in range(0, len(victims), chunk):
         thetas = targets.models[start : start + chunk]
         v = victims[start : start + chunk]
@@ -159,53 +205,127 @@ def score_targets(
             inside = forward_many(model, thetas, local.x[v], shared=False)
             outside = forward_many(model, thetas, data.x_test, shared=True)
             train = forward_many(model, thetas, x_all, shared=True)
-        mask = local.mask[v]
-        s_in = fn(inside.double(), local.y[v])
-        s_out = fn(outside.double(), data.y_test.expand(len(v), -1))
-        adv = best_threshold_advantage(s_in, mask, s_out, thresholds)
-        gerr = (train.argmax(-1) == y_all).double().mean(1) - (
-            outside.argmax(-1) == data.y_test
-        ).double().mean(1)
-        for k in range(len(v)):
-            roc = roc_metrics(s_in[k][mask[k]].numpy(), s_out[k].numpy())
-            out.append({"advantage": float(adv[k]), **roc, "generalisation_error": float(gerr[k])})
-    return pd.concat([targets.table.reset_index(drop=True), pd.DataFrame(out)], axis=1)
-
-
-def mia_report(table: pd.DataFrame, prefix: str = "mia") -> Report:
-    """Summary (last round, mean over victims, per view) and the advantage-vs-generalisation plot."""
-    last = table[table["round"] == table["round"].max()]
-    summary = {}
-    for name, part in last.groupby("view"):
-        for col in ("advantage", "auc", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr"):
-            summary[f"{prefix}_{name}_{col}"] = float(part[col].mean())
-        summary[f"{prefix}_{name}_max_advantage"] = float(
-            table[table.view == name].groupby("round").advantage.mean().max()
+        s_out = fn(outside.double(), data.y_test.expand(len(v), -1)).gather(1, outside_idx[v])
+        pooled = torch.cat([fn(inside.double(), local.y[v]), s_out], 1)
+        valid = torch.cat([keep[v], outside_mask[v]], 1)
+        labels = torch.cat([torch.ones_like(keep[v]), torch.zeros_like(outside_mask[v])], 1) & valid
+        true = statistics(pooled, valid, labels[:, None, :], thresholds)
+        drawn = statistics(pooled, valid, relabelled[which[start : start + chunk]], thresholds)
+        for name in STATISTICS:
+            observed[name].append(true[name][:, 0].numpy())
+            null[name].append(drawn[name].numpy())
+        columns["members"].append(keep[v].sum(1).numpy())
+        columns["non_members"].append(outside_mask[v].sum(1).numpy())
+        columns["generalisation_error"].append(
+            (
+                (train.argmax(-1) == y_all).double().mean(1)
+                - (outside.argmax(-1) == data.y_test).double().mean(1)
+            ).numpy()
         )
-    figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(table)}
+    out = {}
+    null = {name: np.concatenate(draws) for name, draws in null.items()}
+    for name in STATISTICS:
+        out[name] = np.concatenate(observed[name])
+        for key, values in null_summary(out[name], null[name]).items():
+            out[f"{name}_{key}"] = values
+    out.update({key: np.concatenate(parts) for key, parts in columns.items()})
+    table = pd.concat([targets.table.reset_index(drop=True), pd.DataFrame(out)], axis=1)
+    return Scored(table, null)
+
+
+def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
+    """Last-round statistics of one view, each the mean over victims beside the null of that mean (each
+    relabelling averaged over victims), and the maximum over rounds of the mean advantage beside the
+    maximum over rounds of the same relabelling's mean."""
+    table = scored.table
+    rows = np.flatnonzero((table.view == view) & (table["round"] == table["round"].max()))
+    summary = {}
+    for name in STATISTICS:
+        summary.update(
+            versus_null(
+                f"{prefix}_{view}_{name}",
+                table[name].to_numpy()[rows].mean(),
+                scored.null[name][rows].mean(0),
+            )
+        )
+    mine = table[table.view == view]
+    per_round = [mine.index.to_numpy()[idx] for idx in mine.groupby("round").indices.values()]
+    means = np.array([table.advantage.to_numpy()[idx].mean() for idx in per_round])
+    draws = np.stack([scored.null["advantage"][idx].mean(0) for idx in per_round])
+    summary.update(versus_null(f"{prefix}_{view}_max_advantage", means.max(), draws.max(0)))
+    return summary
+
+
+def versus_null(key: str, value: float, draws: np.ndarray) -> dict[str, float]:
+    """``key`` = value, then ``key_null_mean/lo/hi``, ``key_p_value`` and ``key_above_null`` (value > the
+    null's 97.5th percentile)."""
+    out = {key: float(value)}
+    out.update({f"{key}_{k}": float(v) for k, v in null_summary(np.asarray(value), draws).items()})
+    out[f"{key}_above_null"] = bool(value > out[f"{key}_null_hi"])
+    return out
+
+
+def mia_report(scored: Scored, prefix: str = "mia") -> Report:
+    """Summary (last round, mean over victims, per view, beside its null) and the plots."""
+    table = scored.table
+    summary = {
+        f"{prefix}_members_per_victim": float(table.members.mean()),
+        f"{prefix}_non_members_per_victim": float(table.non_members.mean()),
+    }
+    for name in sorted(table.view.unique()):
+        summary.update(view_summary(scored, name, prefix))
+    figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(scored)}
     return Report(tables={prefix: table}, summary=summary, figures=figures)
 
 
-def mia_figure(table: pd.DataFrame) -> Figure:
-    """Advantage over rounds, and against the generalisation error of the network's state that round
-    (the mean over victims of the received or global model's acc(X) - acc(O), the paper's x axis)."""
-    per_round = table.groupby(["view", "round"], as_index=False).advantage.mean()
-    state = table[table.view.isin(["received", "fl_global"])].groupby("round").generalisation_error.mean()
-    per_round["generalisation_error"] = per_round["round"].map(state)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name, part in per_round.groupby("view"):
-        left.plot(part["round"], part.advantage, marker="o", ms=3, label=name)
-        right.scatter(part.generalisation_error, part.advantage, s=14, label=name)
-    left.set(xlabel="round", ylabel="MIA advantage (best-threshold accuracy - 0.5)", title="over rounds")
-    right.set(
+def per_round_null(scored: Scored, stat: str) -> pd.DataFrame:
+    """Per view and round: the mean over victims of ``stat`` and the 95% interval of its null."""
+    table = scored.table
+    rows = []
+    for (view, round_), idx in table.groupby(["view", "round"]).indices.items():
+        draws = scored.null[stat][idx].mean(0)
+        rows.append(
+            {
+                "view": view,
+                "round": round_,
+                stat: table[stat].to_numpy()[idx].mean(),
+                "generalisation_error": table.generalisation_error.to_numpy()[idx].mean(),
+                "lo": np.quantile(draws, 0.025),
+                "hi": np.quantile(draws, 0.975),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def mia_figure(scored: Scored) -> Figure:
+    """Advantage and AUC over rounds, each with the 95% band of its shuffled-membership null, and the
+    advantage against the generalisation error of the network's state that round (the mean over victims
+    of the received or global model's acc(X) - acc(O), the paper's x axis)."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    state = scored.table[scored.table.view.isin(["received", "fl_global"])]
+    state = state.groupby("round").generalisation_error.mean()
+    for ax, stat in zip(axes[:2], ("advantage", "auc"), strict=True):
+        frame = per_round_null(scored, stat)
+        for i, (name, part) in enumerate(frame.groupby("view")):
+            colour = f"C{i}"
+            ax.plot(part["round"], part[stat], marker="o", ms=3, color=colour, label=name)
+            ax.fill_between(part["round"], part.lo, part.hi, color=colour, alpha=0.15, lw=0)
+            if stat == "advantage":
+                axes[2].scatter(part["round"].map(state), part[stat], s=14, color=colour, label=name)
+                axes[2].scatter(part["round"].map(state), part.hi, s=10, color=colour, marker="_")
+        ax.set(xlabel="round", ylabel=stat, title=f"{stat} over rounds (band: 95% null, shuffled labels)")
+    axes[0].set_ylabel("MIA advantage (best-threshold accuracy - 0.5)")
+    axes[1].set_ylabel("ROC AUC")
+    axes[2].set(
         xlabel="generalisation error of the received models",
-        ylabel="MIA advantage",
+        ylabel="MIA advantage (dash: null 97.5%)",
         title="vs generalisation error",
     )
-    for ax in (left, right):
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("membership inference, mean over victims")
+    members = int(scored.table.members.median())
+    fig.suptitle(f"membership inference, mean over victims ({members} members vs {members} non-members each)")
     fig.tight_layout()
     return fig
 
@@ -216,7 +336,12 @@ class MembershipInference(Attack):
     name = "mia"
 
     def __init__(
-        self, score: str = "mentr", every: int = 1, marginalize: bool | str = False, thresholds: int = 150
+        self,
+        score: str = "mentr",
+        every: int = 1,
+        marginalize: bool | str = False,
+        thresholds: int = 150,
+        permutations: int = 200,
     ):
         if score not in SCORES:
             raise bad("attack.score", score, "unknown membership score", f"use one of {', '.join(SCORES)}")
@@ -228,8 +353,17 @@ class MembershipInference(Attack):
             )
         if thresholds < 2:
             raise bad("attack.thresholds", thresholds, "need at least two thresholds", "use 150 (the paper)")
+        if permutations < 40:
+            raise bad(
+                "attack.permutations",
+                permutations,
+                "too few shuffled-membership draws for a 95% null interval",
+                "use at least 40 (default 200)",
+            )
         self.score, self.every, self.marginalize, self.thresholds = score, every, marginalize, thresholds
+        self.permutations = permutations
         self.federated = False
+        self.seeds = Seeds(0)
 
     def check(self, setup: Setup) -> None:
         if len(setup.dataset.x_test) == 0:
@@ -246,6 +380,7 @@ class MembershipInference(Attack):
                 "membership scores need class probabilities",
                 "use a classification data set",
             )
+        self.seeds = setup.seeds
         self.federated = setup.protocol.name in ("fedavg", "fedsgd")
         if self.federated:
             seen = setup.adversary.observed_senders(setup.network)
@@ -273,4 +408,8 @@ class MembershipInference(Attack):
         return dl_targets(view, rounds, self.marginalize)
 
     def evaluate(self, findings: Targets, truth: Truth, view: View) -> Report:
-        return mia_report(score_targets(view.model, findings, truth, self.score, self.thresholds))
+        return mia_report(
+            score_targets(
+                view.model, findings, truth, self.score, self.thresholds, self.seeds, self.permutations
+            )
+        )
