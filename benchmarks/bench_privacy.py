@@ -2,6 +2,8 @@
 
 1. Muffliato pairwise network DP: decpriv's all-pairs matrix (sparse W @ dense M_k, A @ R_k) against the
    sum written pair by pair (the loop is timed on small n and checked equal).
+   Whole view of Muffliato-SGD (Kalman, batched over observers) against the explicit view matrix and a
+   pseudo-inverse per observer, and its cost at n = 256 / 1024 where ``auto`` falls back to the reach bound.
 2. SecLDP diag(Sigma^-1): one sparse LU solved against all e_i against one sparse solve per node.
 3. DP-SGD clipped per-example gradients: nested vmap against autograd example by example.
 Run: ``.venv/bin/python -m benchmarks privacy``.
@@ -13,12 +15,14 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import shortest_path
 from scipy.sparse.linalg import spsolve
 
 from decpriv.defenses.dp import DPSGD
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.models.architectures import softmax
+from decpriv.privacy.linear_view import exact_cost, reach_bound, whole_view_loss
 from decpriv.privacy.network_dp import pairwise_loss
 from decpriv.privacy.secldp import laplacian, precision_diagonal
 
@@ -71,6 +75,45 @@ def bench_network_dp() -> None:
         print(line, flush=True)
 
 
+def dense_whole_view(W: np.ndarray, A: np.ndarray, K: int, T: int) -> np.ndarray:
+    """1^T Q_uv 1 observer by observer from the explicit view matrix G and its pseudo-inverse."""
+    n = len(W)
+    powers = [np.linalg.matrix_power(W, j) for j in range(K * T)]
+    out = np.zeros((n, n))
+    for v in range(n):
+        hood = [v, *np.flatnonzero(A[v])]
+        G = np.zeros((T * K * len(hood), n * T))
+        for row, (t, k, w) in enumerate((t, k, w) for t in range(T) for k in range(K) for w in hood):
+            for r in range(t + 1):
+                G[row, r * n : (r + 1) * n] = powers[K * (t - r) + k][w]
+        projector = G.T @ np.linalg.pinv(G @ G.T, rcond=1e-12, hermitian=True) @ G
+        for u in range(n):
+            out[u, v] = projector[u::n, u::n].sum()
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def bench_whole_view() -> None:
+    print(
+        "Muffliato-SGD whole view (random 4-regular, K=1): batched Kalman vs explicit view + pinv per observer"
+    )
+    for n, T in ((16, 10), (32, 20), (32, 100)):
+        net = Network.build(nx.random_regular_graph(4, n, seed=0), metropolis_hastings)
+        (F, exact, _), fast = timed(whole_view_loss, net.W, net.adjacency, 1, T)
+        line = f"  n={n:4d} T={T:3d}  decpriv {fast:7.3f} s ({exact.mean():.0%} exact)"
+        if T <= 20:
+            G, slow = timed(dense_whole_view, net.W.toarray(), net.adjacency.toarray(), 1, T)
+            diff = np.abs(F - G)[exact].max()
+            line += f"  dense {slow:7.3f} s  speed-up x{slow / fast:6.1f}  max diff (exact pairs) {diff:.1e}"
+        print(line, flush=True)
+    for n in (256, 1024):
+        net = Network.build(nx.random_regular_graph(4, n, seed=0), metropolis_hastings)
+        cost = exact_cost(n, 1, 100, 5)
+        distance = shortest_path(net.adjacency, unweighted=True, directed=False)
+        _, fast = timed(reach_bound, distance, 1, 100)
+        print(f"  n={n:4d} T=100  exact would cost {cost:.1e} flops; reach bound {fast:.3f} s", flush=True)
+
+
 def bench_secldp() -> None:
     print("SecLDP diag((s^2 I + c^2 L)^-1) on a torus: one LU, all e_i vs one solve per node")
     for side in (16, 32):
@@ -109,5 +152,6 @@ def bench_dpsgd() -> None:
 
 def main() -> None:
     bench_network_dp()
+    bench_whole_view()
     bench_secldp()
     bench_dpsgd()

@@ -106,7 +106,8 @@ def distance_figure(
     ax.scatter(d[keep] + jitter, np.maximum(f[keep], 1e-12), s=3, alpha=0.25, label="pairs (u, v)")
     ax.plot(profile.distance, profile["mean"], "o-", color="C3", label="mean over pairs")
     if comparison is not None:
-        ax.plot(comparison.distance, comparison["mean"], "s--", color="C2", label=comparison_label)
+        positive = comparison["mean"].where(comparison["mean"] > 0)  # a zero mean has no place on a log axis
+        ax.plot(comparison.distance, positive, "s--", color="C2", label=comparison_label)
     ax.axhline(level, color="grey", ls=":", label=level_label)
     ax.set_yscale("log")
     ax.set_ylim(max(1e-8, float(profile["min"].clip(lower=1e-12).min()) / 2), level * 2)
@@ -252,7 +253,7 @@ class NetworkDPAccountant(Accountant):
             draws * level,
             f"{title} (whole view, {summary['accounting']})",
             comparison=loss_vs_distance(theorem, distance),
-            comparison_label="mean of the per-round formula (Thm 1 x T)",
+            comparison_label="mean of the per-round formula (Thm 1 x T; absent where 0)",
         )
         return Report(
             tables={"privacy": table, "privacy_distance": profile},
