@@ -26,7 +26,7 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
             continue
         file = job / "summary.csv"
         if file.is_file():
-            row = read_table(file)
+            row = read_table(file).copy()  # one block per dtype: a wide row would warn on insert
         else:
             meta = read_status(job)
             row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])
