@@ -2,8 +2,9 @@
 
 Every node clips its private value to the ball of radius C (so replacing it moves it by at most
 Delta = 2C), adds eta_v ~ N(0, sigma^2 C^2 I) ONCE, then the gossip protocol runs its K (optionally
-Chebyshev-accelerated) steps on the noisy values. Privacy grows with graph distance: the pairwise Network
-DP accountant (``accountant=network_dp``) gives f(u, v) for the actual W and K.
+Chebyshev-accelerated) steps on the noisy values. The pairwise Network DP accountant
+(``accountant=network_dp``) gives f(u, v), the exact Renyi loss of v's whole view for the actual W and K,
+beside the paper's Theorem 1.
 
 Private D-SGD with Muffliato (Sec. 5) is ``defense=ldp protocol.gossip_steps=K accountant=network_dp``:
 the LDP gradient noise is the message noise gamma sigma C of the paper's PRIVATE_GOSSIP_AVERAGING.

@@ -132,7 +132,11 @@ def whole_view_loss(
     """(F, exact, margin): F[u, v] = worst-case Renyi loss of u's T contributions in v's view, in units of
     the per-round local-DP level (F <= T); exact[u, v] False where F is the spectral / absolute bound."""
     n = W.shape[0]
-    per_observer = 8 * n * rounds * (2 * n + rounds) + 8 * n * n * 3
+    width = closed_neighbourhoods(adjacency).shape[1]
+    # bytes per observer: view rows and SVD factors, then (T > 1) the filter's state errors, Q and P
+    per_observer = 8 * 3 * steps * width * n + (
+        8 * (n * n * rounds + n * rounds**2 + 3 * n * n) if rounds > 1 else 0
+    )
     size = max(1, min(n, int(chunk_bytes // per_observer)))
     F, exact, margin = np.zeros((n, n)), np.ones((n, n), dtype=bool), 1.0
     for begin in range(0, n, size):
