@@ -117,8 +117,8 @@ class RunFolder:
             self.meta["heartbeat"] = _now()
             try:
                 self._write_meta()
-            except OSError:
-                return
+            except (OSError, RuntimeError):  # a full disk, or the main thread updating meta: next beat
+                continue
 
     def warn(self, message: str) -> None:
         """A warning raised during the run (each distinct message once), kept in run.json."""
