@@ -173,8 +173,10 @@ def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
         "run", "protocol=gossip", "defense=muffliato", "topology=torus", "topology.n=36",
         "partition=one_per_node", "protocol.rounds=8", "hydra.run.dir=m", check=True,
     )  # fmt: skip
-    profile = pd.read_csv(tmp_path / "m" / "privacy_distance.csv")
-    assert profile["mean"].is_monotonic_decreasing and profile["mean"].iloc[0] == pytest.approx(20.0)
+    profile = pd.read_csv(tmp_path / "m" / "privacy_distance.csv")  # exact whole view: far nodes recovered
+    assert profile["mean"].iloc[0] == pytest.approx(20.0) and profile["mean"].iloc[1] < 20.0
+    theorem = pd.read_csv(tmp_path / "m" / "privacy.csv").groupby("distance").epsilon_rdp_theorem1.mean()
+    assert theorem.is_monotonic_decreasing
     assert (tmp_path / "m" / "plots" / "privacy_vs_distance.png").exists()
 
 
