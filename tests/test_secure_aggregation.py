@@ -99,11 +99,12 @@ def test_fedavg_under_secure_aggregation_trains_the_same_model_and_hides_updates
     base = ["protocol=fedavg", "topology=complete", "topology.n=6", "protocol.rounds=4", "attack=mia"]
     base += ["adversary=server"]
     _, plain, plain_view = pipeline(base)
-    _, masked, view = pipeline([*base, "defense=secure_aggregation"])
+    setup, masked, view = pipeline([*base, "defense=secure_aggregation"])
     assert torch.allclose(masked.final, plain.final, atol=1e-6)
     sent = plain_view.transcript.values
     assert (view.transcript.values - sent).abs().max() > 1e3  # the server sees masks, not updates
     assert torch.allclose(view.transcript.aggregates[-1, 0], masked.final[0], atol=1e-6)
+    assert setup.defense.summary()["sa_messages_per_round"] == 6
 
 
 def test_secret_sharing_hides_updates_below_k_aggregators_and_trains_the_same():

@@ -158,13 +158,16 @@ class SecureAggregation(Defense):
         dropped = torch.rand(self._n, generator=self._drops, device=member.device) < self.dropout
         return ~dropped[member] | own
 
-    def _secure_sum(self, groups: Groups, contributions: torch.Tensor, arrived: torch.Tensor) -> MaskedSum:
+    def _secure_sum(
+        self, groups: Groups, contributions: torch.Tensor, arrived: torch.Tensor, wire: torch.Tensor
+    ) -> MaskedSum:
+        """``wire``: the slots whose message crosses the network (not a node's share of its own group)."""
         encoded = self._ring.encode(contributions)
         out = pairwise_masked_sum(
             self._ring, groups, encoded, arrived, self._masks, self.threshold, self.fault_tolerant
         )
         cost = self._cost
-        cost["messages"] += int((arrived & (groups.group != groups.member)).sum())
+        cost["messages"] += int((arrived & wire).sum())
         cost["pair_masks"] += len(groups.pairs)
         cost["aggregations"] += groups.count
         cost["aborted"] += int((~out.ok).sum())
@@ -177,7 +180,7 @@ class SecureAggregation(Defense):
         g = self._groups
         x = messages.to(torch.float64)
         arrived = self._arrivals(g.member, g.group == g.member) & ~self._claimed
-        out = self._secure_sum(g, self._weights[:, None] * x[g.member], arrived)
+        out = self._secure_sum(g, self._weights[:, None] * x[g.member], arrived, g.group != g.member)
         weight = torch.zeros(self._n, dtype=torch.float64, device=x.device)
         weight = weight.index_add_(0, g.group, torch.where(arrived, self._weights, 0.0))
         sums = torch.where(out.ok[:, None], self._ring.decode(out.sums), torch.nan)
@@ -210,7 +213,7 @@ class SecureAggregation(Defense):
         w = weights[order].to(torch.float64)
         w = w / w.sum()
         arrived = self._arrivals(order, torch.zeros_like(order, dtype=torch.bool))
-        out = self._secure_sum(groups, w[:, None] * updates[order].to(torch.float64), arrived)
+        out = self._secure_sum(groups, w[:, None] * updates[order].to(torch.float64), arrived, arrived)
         total = self._ring.decode(out.sums[0]) / w[arrived].sum()
         result = total.to(held.dtype) if bool(out.ok[0]) else held
         if recorder.enabled:

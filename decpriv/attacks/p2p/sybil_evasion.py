@@ -55,6 +55,7 @@ class Evasion:
     received: torch.Tensor  # (R, p) the message v sent A_a (masked under SA)
     aggregate: torch.Tensor  # (R, p) A_a's own aggregate (its next model)
     bases: torch.Tensor  # (R, p) v's model before the round's step, NaN where unknown
+    noise: torch.Tensor  # (R, p) uniform noise at the scale of ``received``: the no-information baseline
     recovery: Recovered | None = None  # inverted steps (attack.invert)
 
 
@@ -72,7 +73,7 @@ def received_from(transcript: Transcript, rows: np.ndarray, sender: int, receive
     return transcript.values[torch.as_tensor(rows), int(np.flatnonzero(hit)[0])]
 
 
-def evade(view: View, pair: SybilPair) -> Evasion:
+def evade(view: View, pair: SybilPair, generator: torch.Generator) -> Evasion:
     """Every recorded round at once: the difference of the Sybils' sums, corrected for their own updates."""
     T, net = view.transcript, view.network
     rows = np.flatnonzero(T.times[:, 1] == 0)
@@ -97,7 +98,9 @@ def evade(view: View, pair: SybilPair) -> Evasion:
         follows = np.flatnonzero(rounds[1:] == rounds[:-1] + 1) + 1
         bases[follows] = aggregate[follows - 1]
     received = received_from(T, rows, v, a)
-    return Evasion(rounds, recovered, received, aggregate, bases)
+    scale = torch.nan_to_num(received, nan=0.0).abs().amax(1, keepdim=True)
+    uniform = torch.rand(received.shape, generator=generator, dtype=received.dtype)
+    return Evasion(rounds, recovered, received, aggregate, bases, (2 * uniform - 1) * scale)
 
 
 def error_figure(table: pd.DataFrame):
@@ -193,7 +196,7 @@ class SybilEvasion(Attack):
         self.generator = setup.seeds.torch("attack.inversion")
 
     def run(self, view: View) -> Evasion:
-        found = evade(view, self.pair)
+        found = evade(view, self.pair, self.seeds.torch("attack.noise"))
         if not self.invert:
             return found
         known = np.flatnonzero(~torch.isnan(found.bases).any(1).numpy())[: self.invert]
@@ -280,14 +283,16 @@ class SybilEvasion(Attack):
         return report
 
     def membership(self, findings: Evasion, true: torch.Tensor, truth: Truth, view: View) -> Report:
-        """MIA on each view of v's update; ``true_update`` (the plain update, a scoring reference) is
-        what an attacker seeing v's message in the clear would test."""
+        """MIA on each view of v's update. Baselines: ``noise``, a model drawn without any data (what a
+        view that carries no information scores, class-composition effects of the victim's set included);
+        ``true_update``, the plain update (scoring reference: what a node seeing it in the clear tests)."""
         rounds = findings.rounds
         pick = np.flatnonzero((rounds % self.every == 0) | (rounds == rounds.max()))
         views = {
             "sybil_recovered": findings.recovered,
             "received": findings.received,
             "aggregate": findings.aggregate,
+            "noise": findings.noise,
             "true_update": true,
         }
         table = pd.concat(
