@@ -99,7 +99,7 @@ def bench_whole_view() -> None:
     )
     for n, T in ((16, 10), (32, 20), (32, 100)):
         net = Network.build(nx.random_regular_graph(4, n, seed=0), metropolis_hastings)
-        (F, exact, _), fast = timed(whole_view_loss, net.W, net.adjacency, 1, T)
+        (F, exact, _, _), fast = timed(whole_view_loss, net.W, net.adjacency, 1, T)
         line = f"  n={n:4d} T={T:3d}  decpriv {fast:7.3f} s ({exact.mean():.0%} exact)"
         if T <= 20:
             G, slow = timed(dense_whole_view, net.W.toarray(), net.adjacency.toarray(), 1, T)

@@ -26,6 +26,8 @@ The model takes the clipped contributions as fixed inputs (non-adaptive): the de
 gradients on earlier noisy models is not accounted, as in the Muffliato analysis.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -104,17 +106,32 @@ def view_quadratic(
     return Q, margin
 
 
-def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """max {<Q, X> : X PSD, X_rr <= 1} per pair: 1^T Q 1 when Q >= 0 entrywise (exact, equal contributions
-    every round), else min(sum |Q|, T lambda_max(Q)) (a bound). Returns (value, exact flag)."""
+    every round), else min(sum |Q|, T lambda_max(Q)) (a bound). Returns (value, exact flag, lower), lower
+    the best of two feasible contribution patterns (all equal; signs of Q's top eigenvector), so the true
+    worst case lies in [lower, value]."""
     rounds = Q.shape[-1]
     exact = (Q >= -NEGATIVE_TOLERANCE).all(-1).all(-1)
     total = Q.sum((-2, -1))
+    lower = total
     if rounds > 1 and not bool(exact.all()):
-        spectral = rounds * torch.linalg.eigvalsh(Q)[..., -1]
-        bound = torch.minimum(Q.abs().sum((-2, -1)), spectral)
+        values, vectors = torch.linalg.eigh(Q)
+        signs = torch.where(vectors[..., -1] >= 0, 1.0, -1.0).to(Q.dtype)
+        lower = torch.maximum(total, torch.einsum("...a,...ab,...b->...", signs, Q, signs))
+        bound = torch.minimum(Q.abs().sum((-2, -1)), rounds * values[..., -1])
         total = torch.where(exact, total, bound)
-    return total.clamp(0.0, rounds).numpy(), exact.numpy()
+    return total.clamp(0.0, rounds).numpy(), exact.numpy(), lower.clamp(0.0, rounds).numpy()
+
+
+class ViewLoss(NamedTuple):
+    """Losses in units of the per-round local-DP level: ``loss`` (reported), ``exact`` (False where
+    ``loss`` is a bound), ``lower`` (a loss some contributions reach), the float rank ``margin``."""
+
+    loss: np.ndarray
+    exact: np.ndarray
+    lower: np.ndarray
+    margin: float
 
 
 def exact_cost(n: int, steps: int, rounds: int, width: int) -> float:
@@ -128,9 +145,9 @@ def exact_cost(n: int, steps: int, rounds: int, width: int) -> float:
 
 def whole_view_loss(
     W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, chunk_bytes: float = 2e8
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """(F, exact, margin): F[u, v] = worst-case Renyi loss of u's T contributions in v's view, in units of
-    the per-round local-DP level (F <= T); exact[u, v] False where F is the spectral / absolute bound."""
+) -> ViewLoss:
+    """Worst-case Renyi loss of u's T contributions in v's view, [u, v] matrices, in units of the
+    per-round local-DP level (at most T); diagonal zero."""
     n = W.shape[0]
     width = closed_neighbourhoods(adjacency).shape[1]
     # bytes per observer: view rows and SVD factors, then (T > 1) the filter's state errors, Q and P
@@ -138,15 +155,16 @@ def whole_view_loss(
         8 * (n * n * rounds + n * rounds**2 + 3 * n * n) if rounds > 1 else 0
     )
     size = max(1, min(n, int(chunk_bytes // per_observer)))
-    F, exact, margin = np.zeros((n, n)), np.ones((n, n), dtype=bool), 1.0
+    F, lower, exact, margin = np.zeros((n, n)), np.zeros((n, n)), np.ones((n, n), dtype=bool), 1.0
     for begin in range(0, n, size):
         observers = np.arange(begin, min(n, begin + size))
         Q, m = view_quadratic(W, adjacency, steps, rounds, observers)
-        value, flag = worst_case(Q)
-        F[:, observers], exact[:, observers], margin = value.T, flag.T, min(margin, m)
-    np.fill_diagonal(F, 0.0)
-    np.fill_diagonal(exact, True)
-    return F, exact, margin
+        value, flag, low = worst_case(Q)
+        F[:, observers], exact[:, observers], lower[:, observers] = value.T, flag.T, low.T
+        margin = min(margin, m)
+    for matrix, diagonal in ((F, 0.0), (lower, 0.0), (exact, True)):
+        np.fill_diagonal(matrix, diagonal)
+    return ViewLoss(F, exact, lower, margin)
 
 
 def reach_bound(distance: np.ndarray, steps: int, rounds: int) -> np.ndarray:

@@ -37,7 +37,7 @@ from decpriv.defenses.muffliato import Muffliato  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
-from decpriv.privacy.linear_view import exact_cost, reach_bound, whole_view_loss  # noqa: E402
+from decpriv.privacy.linear_view import ViewLoss, exact_cost, reach_bound, whole_view_loss  # noqa: E402
 from decpriv.privacy.rdp import check_delta  # noqa: E402
 from decpriv.report.findings import Report  # noqa: E402
 from decpriv.setup import Setup  # noqa: E402
@@ -179,24 +179,23 @@ class NetworkDPAccountant(Accountant):
             return protocol.rounds, 1, protocol.accelerated
         return protocol.gossip_steps, protocol.rounds, False
 
-    def whole_view(self, network, steps: int, draws: int, distance: np.ndarray):
-        """(F in units of the per-round level, exact flags, rank margin, cost) by ``method``."""
+    def whole_view(self, network, steps: int, draws: int, distance: np.ndarray) -> tuple[ViewLoss, float]:
+        """The losses in units of the per-round level by ``method``, and the exact computation's cost."""
         width = 1 + int(network.adjacency.sum(1).max())
         cost = exact_cost(network.n, steps, draws, width)
         if self.method == "exact" or (self.method == "auto" and cost <= self.max_flops):
-            units, exact, margin = whole_view_loss(network.W, network.adjacency, steps, draws)
-            return units, exact, margin, cost
-        exact = np.zeros((network.n, network.n), dtype=bool)
-        np.fill_diagonal(exact, True)
-        return reach_bound(distance, steps, draws), exact, float("nan"), cost
+            return whole_view_loss(network.W, network.adjacency, steps, draws), cost
+        exact = np.eye(network.n, dtype=bool)
+        reach = reach_bound(distance, steps, draws)
+        return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan")), cost
 
     def account(self, setup: Setup) -> Report:
         network, sigma = setup.network, setup.defense.sigma
         steps, draws, accelerated = self.schedule(setup)
         level = self.alpha * 2.0 / sigma**2  # alpha Delta^2 / (2 sigma^2 C^2) with Delta = 2C
         distance = shortest_path(network.adjacency, unweighted=True, directed=False)
-        units, exact, margin, cost = self.whole_view(network, steps, draws, distance)
-        F = level * units
+        view, cost = self.whole_view(network, steps, draws, distance)
+        F, lower, exact = level * view.loss, level * view.lower, view.exact
         theorem = draws * pairwise_loss(network.W, network.adjacency, steps, level, accelerated)
         profile = loss_vs_distance(F, distance)
         convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)
@@ -211,6 +210,7 @@ class NetworkDPAccountant(Accountant):
                     "observer": v,
                     "epsilon_rdp": F[u, v],
                     "method": np.where(exact[u, v], "exact", "bound"),
+                    "epsilon_rdp_lower": lower[u, v],
                     "epsilon_rdp_theorem1": theorem[u, v],
                     "distance": distance[u, v].astype(int),
                 }
@@ -222,6 +222,7 @@ class NetworkDPAccountant(Accountant):
                     "observer": np.arange(n),
                     "epsilon_rdp": mean_loss,
                     "method": np.where(exact.all(axis=0), "exact", "bound"),
+                    "epsilon_rdp_lower": lower.sum(axis=0) / n,
                     "epsilon_rdp_theorem1": theorem.sum(axis=0) / n,
                 }
             )
@@ -236,7 +237,8 @@ class NetworkDPAccountant(Accountant):
             "epsilon_mean_avg": float(mean_loss.mean()),
             "accounting": "exact" if exact_fraction == 1.0 else "bound" if exact_fraction == 0.0 else "mixed",
             "exact_fraction": exact_fraction,
-            "rank_margin": margin,
+            "epsilon_mean_max_lower": float((lower.sum(axis=0) / n).max()),
+            "rank_margin": view.margin,
             "accounting_flops": cost,
             "epsilon_mean_max_theorem1": float((theorem.sum(axis=0) / n).max()),
             "ldp_level": draws * level,
