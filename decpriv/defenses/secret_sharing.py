@@ -11,7 +11,6 @@ per client, the sum of the shares those aggregators hold, divided by w_u (unifor
 update itself at k), and the global model.
 """
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,7 +51,6 @@ class SecretSharing(Defense):
         self.aggregators, self.colluding, self.precision = aggregators, colluding, precision
         self._ring: Ring | None = None
         self._messages = self._rounds = 0
-        self._seconds = 0.0
         self._p = 0
 
     def bind(self, setup: "Setup") -> None:
@@ -82,7 +80,6 @@ class SecretSharing(Defense):
         recorder: "Recorder",
         round_: int,
     ) -> torch.Tensor:
-        start = time.perf_counter()
         ring, k = self._ring, self.aggregators
         order = torch.sort(chosen).values
         w = weights[order].to(torch.float64)
@@ -104,7 +101,6 @@ class SecretSharing(Defense):
             recorder.record_hidden(total[None], torch.where(sending[:, None], updates, held))
         self._messages += len(order) * k + k * (k - 1)
         self._rounds += 1
-        self._seconds += time.perf_counter() - start
         return total
 
     def summary(self) -> dict[str, Any]:
@@ -116,5 +112,4 @@ class SecretSharing(Defense):
             "ss_ring_bits": bits,
             "ss_messages_per_round": messages,
             "ss_bytes_per_round": messages * self._p * bits / 8,
-            "ss_seconds": self._seconds,
         }

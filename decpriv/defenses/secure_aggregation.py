@@ -20,7 +20,6 @@ read as a fixed-point number (its own nodes' messages in the clear, NaN for a me
 arrived) and the revealed sum (NaN when aborted); an eavesdropper also sees every masked message.
 """
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,7 +66,6 @@ class SecureAggregation(Defense):
         self.precision = precision
         self._ring: Ring | None = None
         self._cost = {"messages": 0, "pair_masks": 0, "aggregations": 0, "aborted": 0, "rounds": 0}
-        self._seconds = 0.0
         self._p = 0
 
     def bind(self, setup: "Setup") -> None:
@@ -176,7 +174,6 @@ class SecureAggregation(Defense):
     def exchange(
         self, W: torch.Tensor, messages: torch.Tensor, recorder: "Recorder", round_: int, step: int
     ) -> torch.Tensor:
-        start = time.perf_counter()
         g = self._groups
         x = messages.to(torch.float64)
         arrived = self._arrivals(g.member, g.group == g.member) & ~self._claimed
@@ -194,7 +191,6 @@ class SecureAggregation(Defense):
             recorder.record(round_, step, values.to(messages.dtype))
             recorder.record_hidden(sums[self._attackers].to(messages.dtype), messages)
         self._cost["rounds"] += 1
-        self._seconds += time.perf_counter() - start
         return mixed.to(messages.dtype)
 
     def federate(
@@ -206,7 +202,6 @@ class SecureAggregation(Defense):
         recorder: "Recorder",
         round_: int,
     ) -> torch.Tensor:
-        start = time.perf_counter()
         dev = updates.device
         order = torch.sort(chosen).values
         groups = Groups.from_slots(torch.zeros_like(order), order, 1)
@@ -230,7 +225,6 @@ class SecureAggregation(Defense):
                 aggregate[None].to(held.dtype), torch.where(sending[:, None], updates, held)
             )
         self._cost["rounds"] += 1
-        self._seconds += time.perf_counter() - start
         return result
 
     def summary(self) -> dict[str, Any]:
@@ -247,5 +241,4 @@ class SecureAggregation(Defense):
             "sa_bytes_per_round": messages * self._p * bits / 8,
             "sa_pair_masks_per_round": cost["pair_masks"] / rounds,
             "sa_aborted_aggregations": cost["aborted"],
-            "sa_seconds": self._seconds,
         }
