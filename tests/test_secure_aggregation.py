@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from decpriv.adversary.recorder import Recorder
 from decpriv.api import compose_config
 from decpriv.defenses.masking import Groups, Ring, pairwise_masked_sum
 from decpriv.errors import ConfigError
@@ -93,6 +94,28 @@ def test_dsgd_under_secure_aggregation_trains_the_same_models(dtype, tol):
     assert torch.allclose(masked.final, plain.final, rtol=tol, atol=tol)
     assert not torch.equal(masked.final, plain.final) or dtype == "float32"  # fixed point, not a bypass
     assert setup.defense.summary()["sa_messages_per_round"] == 9 * 4
+
+
+@pytest.mark.parametrize("fault_tolerant", [True, False])
+def test_drop_outs_renormalise_over_survivors_or_abort(fault_tolerant):
+    ft = f"defense.fault_tolerant={str(fault_tolerant).lower()}"
+    cfg, _ = compose_config([*SMALL, "topology=torus", "topology.n=9", "defense=secure_aggregation", ft])
+    cfg.defense.dropout = 0.4
+    setup = build(cfg)
+    sa, W = setup.defense, setup.network.W.toarray()
+    x = torch.randn(9, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    draws = torch.Generator()
+    draws.set_state(sa._drops.get_state())
+    dropped = (torch.rand(9, generator=draws) < 0.4).numpy()
+    mixed = sa.exchange(torch.as_tensor(W), x, Recorder.broadcast(np.array([]), False), 0, 0)
+    expected = x.clone()
+    for v in range(9):  # the aggregator's own message always arrives; a dropped neighbour's never does
+        hood = np.flatnonzero(W[v])
+        alive = [u for u in hood if u == v or not dropped[u]]
+        if len(alive) >= 3 and (fault_tolerant or len(alive) == len(hood)):
+            expected[v] = sum(W[v, u] * x[u] for u in alive) / W[v, alive].sum()
+    assert dropped.any() and torch.allclose(mixed, expected, atol=1e-8)
+    assert sa.summary()["sa_aborted_aggregations"] == int((mixed == x).all(1).sum())
 
 
 def test_fedavg_under_secure_aggregation_trains_the_same_model_and_hides_updates():
