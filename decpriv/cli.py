@@ -161,10 +161,11 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
     return 1, []
 
 
-def _output_folder(overrides: list[str], multirun: bool) -> str | None:
+def _output_folder(overrides: list[str], multirun: bool) -> tuple[str | None, Path]:
     """The run (sweep) folder, created before Hydra starts: a new one, made atomically with a ``-2``,
     ``-3`` ... suffix when the timestamped name exists, so two runs never share a folder. A folder the user
-    names (hydra.run.dir=...) is used as given; it only has to be creatable. Returns the override to add."""
+    names (hydra.run.dir=...) is used as given; it only has to be creatable. Returns the override to add
+    (None for a folder the user named) and the folder."""
     from hydra import compose, initialize_config_module
 
     from decpriv.errors import bad
@@ -184,8 +185,9 @@ def _output_folder(overrides: list[str], multirun: bool) -> str | None:
     try:
         if given is not None:
             path.mkdir(parents=True, exist_ok=True)
-            return None
-        return f'{key}="{claim_folder(path)}"'
+            return None, path
+        claimed = claim_folder(path)
+        return f'{key}="{claimed}"', claimed
     except OSError as error:
         raise bad(
             key,
@@ -193,6 +195,16 @@ def _output_folder(overrides: list[str], multirun: bool) -> str | None:
             f"the output folder cannot be created ({error.strerror or error})",
             f"run from a writable folder or set {key}=A_WRITABLE_FOLDER",
         ) from None
+
+
+def _sweep_summary(sweep: Path, jobs: int) -> None:
+    """An interrupted sweep still gets its summary.csv: finished jobs, and the one that was stopped."""
+    from decpriv.report.run_folder import write_csv
+    from decpriv.report.sweep import collect
+
+    table = collect(sweep, jobs)
+    if not table.empty:
+        write_csv(sweep / "summary.csv", table)
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -218,11 +230,11 @@ def _run_command(args: list[str]) -> int:
 
     parsed = get_args_parser().parse_args(args)
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
-    folder = None
+    folder, path = None, None
     if not inspecting:
         try:
             count, swept = _precheck(list(parsed.overrides), bool(parsed.multirun))
-            folder = _output_folder(list(parsed.overrides), bool(parsed.multirun))
+            folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun))
         except ConfigError as error:
             Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
             return 2
@@ -239,7 +251,9 @@ def _run_command(args: list[str]) -> int:
         _hydra_job()
     except KeyboardInterrupt as stop:
         name, code = _stop_code(stop)
-        where = f" in {folder.split('=', 1)[1].strip(chr(34))}" if folder else ""
+        where = f" in {path}" if path else ""
+        if parsed.multirun and path is not None:
+            _sweep_summary(path, count)
         Console(stderr=True, soft_wrap=True).print(
             f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.",
             highlight=False,

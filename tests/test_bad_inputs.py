@@ -7,12 +7,13 @@ cases that need real processes (two runs at once, a run killed outright) start s
 """
 
 import json
+import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -157,35 +158,51 @@ def test_claimed_folders_are_unique_across_threads(tmp_path):
     assert len(set(found)) == 8 and base in found and base.with_name("12-00-00-8") in found
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200", "HYDRA_FULL_ERROR": "0"}
-    decpriv = Path(sys.executable).with_name("decpriv")
-    return subprocess.Popen(
-        [str(decpriv), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def _forked(target, *args) -> multiprocessing.Process:
+    """A child process forked from this one: it starts at once, with decpriv already imported."""
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    return child
 
 
-KILLED = (
-    "import os, signal\n"
-    "from decpriv.report.run_folder import RunFolder\n"
-    "RunFolder('killed').start(0, 'cpu', 'digest')\n"
-    "os.kill(os.getpid(), signal.SIGKILL)\n"
-)
+class _SameSecond(datetime):
+    @classmethod
+    def now(cls, tz=None) -> datetime:
+        return cls(2026, 1, 1, 12, 0, 0)
 
 
-def test_two_runs_at_once_keep_both_results_and_a_killed_run_reads_as_interrupted(tmp_path, capsys):
-    """Two runs started together from one folder, and a process killed outright (SIGKILL) mid-run."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.Popen([sys.executable, "-c", KILLED], cwd=tmp_path, env=env)
-    pair = [_cli("run", *ROUNDS, cwd=tmp_path) for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in pair]
-    assert [p.returncode for p in pair] == [0, 0], outs
+def _cli_child(argv: list[str], out: Path) -> None:
+    import hydra.core.utils
+
+    hydra.core.utils.datetime = _SameSecond  # Hydra's ${now:} clock: both runs start in the same second
+    with open(out, "w") as stream:
+        sys.stdout = sys.stderr = stream
+        os._exit(main(argv))
+
+
+def _killed_child(folder: Path) -> None:
+    RunFolder(folder).start(0, "cpu", "digest")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_two_runs_at_once_keep_both_results_and_a_killed_run_reads_as_interrupted(
+    tmp_path, monkeypatch, capsys
+):
+    """Two runs started in the same instant from one folder, and a process killed outright (SIGKILL)."""
+    monkeypatch.chdir(tmp_path)
+    pair = [_forked(_cli_child, ["run", *ROUNDS], tmp_path / f"out{k}.txt") for k in range(2)]
+    killed = _forked(_killed_child, tmp_path / "killed")
+    for child in pair:
+        child.join(timeout=300)
+    outs = [(tmp_path / f"out{k}.txt").read_text() for k in range(2)]
+    assert [p.exitcode for p in pair] == [0, 0], outs
     folders = sorted(p.parent for p in (tmp_path / "runs").glob("*/*/run.json"))
     assert len(folders) == 2 and all(read_status(f)["status"] == "completed" for f in folders)
-    assert sorted(str(f.relative_to(tmp_path)) for f in folders) == sorted(
-        o.split("run folder: ")[1].split()[0].removeprefix(f"{tmp_path}/") for o, _ in outs
-    )
-    assert killed.wait(timeout=60) == -signal.SIGKILL
+    assert [f.name for f in folders] == ["12-00-00", "12-00-00-2"]  # the second run got a suffix
+    printed = ["".join(o.split()) for o in outs]  # the terminal may wrap the path
+    assert all(any(f"runfolder:{f}" in p for p in printed) for f in folders), outs
+    killed.join(timeout=60)
+    assert killed.exitcode == -signal.SIGKILL
     raw = json.loads((tmp_path / "killed" / "run.json").read_text())
     assert raw["status"] == "running" and raw["pid"] == killed.pid
     assert read_status(tmp_path / "killed")["status"] == "interrupted"
@@ -233,6 +250,25 @@ def test_sigterm_and_ctrl_c_mark_the_run_failed_in_one_line(tmp_path, monkeypatc
     assert meta["status"] == "failed" and meta["error"] == f"interrupted: {how}"
     assert sorted(f.name for f in (tmp_path / "r").glob("*.csv")) == ["summary.csv"]
     assert pd.read_csv(tmp_path / "r" / "summary.csv").status[0] == "failed"
+
+
+def test_an_interrupted_sweep_still_writes_its_summary(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    thread = _interrupt_when_running(tmp_path / "s" / "0", lambda: os.kill(os.getpid(), signal.SIGTERM))
+    argv = [
+        "run",
+        "-m",
+        "seed=0,1",
+        "protocol.rounds=1000000",
+        "topology.n=4",
+        "~attack",
+        "hydra.sweep.dir=s",
+    ]
+    assert main(argv) == 143
+    thread.join()
+    assert "interrupted by SIGTERM" in capsys.readouterr().err
+    table = pd.read_csv(tmp_path / "s" / "summary.csv")
+    assert list(table.job) == [0] and table.status[0] == "failed" and table.error[0] == "interrupted: SIGTERM"
 
 
 def test_a_full_disk_while_writing_leaves_no_table_that_looks_complete(tmp_path, monkeypatch):
