@@ -7,7 +7,6 @@ leaves nothing behind.
 
 import hashlib
 import json
-import math
 import sys
 import warnings
 from contextlib import contextmanager, suppress
@@ -151,17 +150,19 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Setup:
 
 
 def check_finite(outcome: Outcome) -> None:
-    """Stop a run whose training diverged, for protocols that do not call ``Simulation.guard`` each round."""
+    """Stop a run whose training diverged (a loss column or the final parameters not finite), for
+    protocols that do not call ``Simulation.guard`` each round. Other history columns may be undefined
+    (nan) at some rounds by design."""
     history = outcome.history
-    numeric = history.select_dtypes("number").drop(columns=["round", "step"], errors="ignore")
-    bad_rows = ~np.isfinite(numeric.to_numpy(dtype=float)).all(axis=1) if len(numeric.columns) else []
-    if len(bad_rows) and bad_rows.any():
-        first = history.loc[bad_rows].iloc[0]
-        column = numeric.columns[~np.isfinite(numeric.loc[bad_rows].iloc[0].to_numpy(dtype=float))][0]
-        raise Diverged(int(first["round"]) if "round" in history else -1, column)
+    for column in [c for c in history.columns if "loss" in str(c)]:
+        values = pd.to_numeric(history[column], errors="coerce").to_numpy(dtype=float)
+        bad_rows = ~np.isfinite(values)
+        if bad_rows.any():
+            first = int(history["round"].to_numpy()[bad_rows.argmax()]) if "round" in history else -1
+            raise Diverged(first, column)
     if not bool(torch.isfinite(outcome.final).all()):
-        last = history["round"].max() if "round" in history and len(history) else -1
-        raise Diverged(int(last) if not math.isnan(last) else -1, "the final node parameters")
+        last = int(history["round"].max()) if "round" in history and len(history) else -1
+        raise Diverged(last, "the final node parameters")
 
 
 def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View | None]:

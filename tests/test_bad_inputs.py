@@ -315,3 +315,21 @@ def test_silent_repairs_are_reported_once_on_stderr_and_in_run_json(tmp_path, mo
     meta = read_status(tmp_path / "g")
     assert meta["warnings"] == [line.removeprefix("warning: ") for line in err]
     assert pd.read_csv(tmp_path / "g" / "summary.csv").nodes[0] == 3
+
+
+def test_a_protocol_without_the_per_round_guard_is_still_stopped_at_the_first_bad_round():
+    from decpriv.errors import Diverged
+    from decpriv.experiment import check_finite
+    from decpriv.protocols.base import Outcome
+
+    # a nan in a column that is not a loss (a residual undefined before round 1) is not divergence
+    history = pd.DataFrame(
+        {"round": [0, 2, 4], "train_loss": [1.0, 2.0, 3.0], "residual": [float("nan"), 1, 1]}
+    )
+    check_finite(Outcome(history, torch.zeros(3, 2), {}))
+    history["train_loss"] = [1.0, float("inf"), float("nan")]
+    with pytest.raises(Diverged, match="train_loss became non-finite .* at round 2"):
+        check_finite(Outcome(history, torch.zeros(3, 2), {}))
+    history["train_loss"] = 1.0
+    with pytest.raises(Diverged, match="final node parameters .* at round 4"):
+        check_finite(Outcome(history, torch.tensor([[0.0, float("nan")]]), {}))
