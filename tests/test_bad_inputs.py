@@ -333,3 +333,17 @@ def test_a_protocol_without_the_per_round_guard_is_still_stopped_at_the_first_ba
     history["train_loss"] = 1.0
     with pytest.raises(Diverged, match="final node parameters .* at round 4"):
         check_finite(Outcome(history, torch.tensor([[0.0, float("nan")]]), {}))
+
+
+def test_a_corrupt_job_is_rerun_by_resume_and_skipped_with_a_warning_by_sweep_reports(tmp_path):
+    from decpriv.report.resume import already_completed
+    from decpriv.report.sweep import collect
+
+    _fake_run(tmp_path / "0", "completed")
+    _fake_run(tmp_path / "1", "completed")
+    (tmp_path / "1" / "run.json").write_text("{not json")
+    (tmp_path / "1" / "summary.csv").write_bytes(b'"\x00')
+    assert not already_completed(tmp_path / "1", "digest")
+    with pytest.warns(UserWarning, match="skipped job 1: .*summary.csv: unreadable or corrupt"):
+        table = collect(tmp_path)
+    assert list(table.job) == ["0"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from decpriv.errors import bad
+from decpriv.errors import ConfigError, bad
 from decpriv.report.run_folder import read_status
 
 KEY = "resume"
@@ -36,12 +36,20 @@ def check_fixed_folder(overrides: list[str], multirun: bool) -> None:
         )
 
 
+def _status(folder: Path) -> dict:
+    """run.json, or ``{}`` when it is corrupt: such a job is rerun, like a missing one."""
+    try:
+        return read_status(folder)
+    except ConfigError:
+        return {}
+
+
 def already_completed(folder: Path, digest: str) -> bool:
-    meta = read_status(folder)
+    meta = _status(folder)
     return meta.get("status") == "completed" and meta.get("config_digest") == digest
 
 
 def kept_before(sweep: Path, began: datetime, jobs: int) -> int:
     """Jobs ``0 .. jobs-1`` of the sweep whose run started before ``began``: the ones resuming skipped."""
-    starts = [read_status(Path(sweep) / str(job)).get("started") for job in range(jobs)]
+    starts = [_status(Path(sweep) / str(job)).get("started") for job in range(jobs)]
     return sum(1 for s in starts if s and datetime.fromisoformat(s) < began)

@@ -1,5 +1,6 @@
 """Sweep-level summary: one table with every job's summary.csv row (failed jobs included), swept keys first."""
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -7,6 +8,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from decpriv.errors import ConfigError
 from decpriv.report.run_folder import read_status, read_table, write_csv
 
 
@@ -25,11 +27,15 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
         if wanted is not None and job.name not in wanted:
             continue
         file = job / "summary.csv"
-        if file.is_file():
-            row = read_table(file).copy()  # one block per dtype: a wide row would warn on insert
-        else:
-            meta = read_status(job)
-            row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])
+        try:
+            if file.is_file():
+                row = read_table(file).copy()  # one block per dtype: a wide row would warn on insert
+            else:
+                meta = read_status(job)
+                row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])
+        except ConfigError as error:  # one corrupt job must not hide the others
+            warnings.warn(f"skipped job {job.name}: {error}", stacklevel=1)
+            continue
         row.insert(0, "job", job.name)
         rows.append(row)
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
