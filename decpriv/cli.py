@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 
 from decpriv.errors import ConfigError
 
@@ -70,7 +71,8 @@ def _hydra_job(cfg: DictConfig) -> None:
         if not multirun:
             experiment.error_exit(error, bool(cfg.get("debug")))
         Console(stderr=True, soft_wrap=True).print(
-            f"[red]job {runtime.job.num} failed:[/] {type(error).__name__}: {error}", highlight=False
+            f"[red]job {runtime.job.num} failed:[/] {type(error).__name__}: {escape(str(error))}",
+            highlight=False,
         )
         return
     from decpriv.report.show import print_headline, print_job_line
@@ -236,7 +238,9 @@ def _run_command(args: list[str]) -> int:
             count, swept = _precheck(list(parsed.overrides), bool(parsed.multirun))
             folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun))
         except ConfigError as error:
-            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+            Console(stderr=True, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(str(error))}", highlight=False
+            )
             return 2
         # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
         os.environ[JOBS_ENV] = str(count)
@@ -351,6 +355,10 @@ def _report(rest: list[str]) -> int:
         hidden = table.columns[TERMINAL_COLUMNS:]
         note = f" ({len(hidden)} more columns in report.md)" if len(hidden) else ""
         print_frame(table[table.columns[:TERMINAL_COLUMNS]], caption + note, console)
+    if doc.claim is not None:
+        from decpriv.report.claims import print_claim
+
+        print_claim(doc.claim, console, out)
     console.print(
         f"report: [bold]{out / 'report.html'}[/] (also report.md, aggregate.csv, {len(doc.figures)} plot(s))",
         highlight=False,
@@ -424,6 +432,11 @@ def _diff(rest: list[str]) -> int:
 COMMANDS = {"list": _list, "show": _show, "diff": _diff, "report": _report, "plot": _plot, "runs": _runs}
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _one_line_warnings() -> None:
     """Warnings print as ``warning: <message>`` on stderr, each distinct message once."""
     seen: set[str] = set()
@@ -433,7 +446,7 @@ def _one_line_warnings() -> None:
         if text not in seen:
             seen.add(text)
             Console(stderr=True, soft_wrap=True).print(
-                f"[yellow]warning:[/] {text}", highlight=False, markup=True
+                f"[yellow]warning:[/] {escape(text)}", highlight=False, markup=True
             )
 
     warnings.showwarning = show
@@ -458,11 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(rest) if command == "run" else COMMANDS[command](rest)
     except ConfigError as error:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(str(error))}", highlight=False
+        )
         return 2
     except OSError as error:
         if error.errno is None:  # decpriv's own "no such run folder"
-            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+            Console(stderr=True, soft_wrap=True).print(
+                f"[bold red]error:[/] {escape(str(error))}", highlight=False
+            )
             return 2
         # a folder that cannot be written: read-only file system, a path under a file, full disk
         where = f"{error.filename}: " if error.filename else ""
@@ -480,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         Console(stderr=True, soft_wrap=True).print(
-            f"[bold red]error:[/] {type(error).__name__}: {error} (HYDRA_FULL_ERROR=1 shows the traceback)",
+            f"[bold red]error:[/] {type(error).__name__}: {escape(_first_line(error))} "
+            "(HYDRA_FULL_ERROR=1 shows the traceback)",
             highlight=False,
         )
         return 1

@@ -227,7 +227,8 @@ def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
             else:
                 out[name] = json.dumps(value) if isinstance(value, list) else value
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    walk({k: v for k, v in config.items() if k != "claim"}, "")  # the paper's words, not a setting
     return out
 
 
@@ -330,13 +331,14 @@ def error_exit(error: BaseException, debug: bool) -> None:
     if debug:
         raise error
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(stderr=True, soft_wrap=True)
     if isinstance(error, ConfigError):
-        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
         sys.exit(2)
     console.print(
-        f"[bold red]run failed:[/] {type(error).__name__}: {error} (debug=true shows the traceback)",
+        f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))} (debug=true shows the traceback)",
         highlight=False,
     )
     sys.exit(1)

@@ -88,6 +88,12 @@ def aggregate(sweep: Sweep) -> pd.DataFrame:
     return out.drop(columns=["_all"], errors="ignore")
 
 
+def mean_std_count(done: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
+    """``column``'s mean, std and count over the rows of each ``by`` combination, in natural order."""
+    stats = done.groupby(by, dropna=False, sort=True)[column].agg(["mean", "std", "count"]).reset_index()
+    return stats.sort_values(by, key=_natural, kind="stable", ignore_index=True)
+
+
 def _natural(column: pd.Series) -> pd.Series:
     """Sort text with numbers by value (``[2]`` before ``[10]``); numeric columns as they are."""
     if pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):

@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
+from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.run_folder import RunFolder, read_status, read_table, write_atomic, write_csv
 from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
 
@@ -28,6 +29,7 @@ class Document:
     data: dict[str, pd.DataFrame]  # CSV files written next to the page
     figures: dict[str, Figure] = field(default_factory=dict)  # new pictures, keyed plots/<name>.png
     pictures: list[Path] = field(default_factory=list)  # pictures the folder already holds
+    claim: ClaimSection | None = None  # the paper's claim beside the measured numbers: opens the page
 
 
 def _fmt(value: object) -> str:
@@ -104,8 +106,11 @@ def run_document(path: Path) -> Document:
     )
 
 
-def _page_markdown(doc: Document, images: list[tuple[str, Path]]) -> str:
-    parts = [f"# {doc.title}", "", *[f"- {fact}" for fact in doc.facts], ""]
+def _page_markdown(doc: Document, images: list[tuple[str, Path]], claim_images=()) -> str:
+    parts = [f"# {doc.title}", ""]
+    if doc.claim is not None:
+        parts += [claim_markdown(doc.claim, list(claim_images), markdown_table), ""]
+    parts += [*[f"- {fact}" for fact in doc.facts], ""]
     for caption, table in doc.tables:
         parts += [f"## {caption}", "", markdown_table(table), ""]
     if images:
@@ -114,21 +119,33 @@ def _page_markdown(doc: Document, images: list[tuple[str, Path]]) -> str:
     return "\n".join(parts)
 
 
-def _page_html(doc: Document, images: list[tuple[str, Path]], out: Path) -> str:
-    body = [f"<h1>{html.escape(doc.title)}</h1>", "<ul>"]
+def _figure_html(name: str, link: Path, out: Path) -> str:
+    data = base64.b64encode((out / link).read_bytes()).decode()
+    return (
+        f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(name)}</figcaption></figure>"
+    )
+
+
+def _table_html(table: pd.DataFrame) -> str:
+    return table.to_html(index=False, na_rep="", float_format=_fmt, border=0)
+
+
+def _page_html(doc: Document, images: list[tuple[str, Path]], out: Path, claim_images=()) -> str:
+    body = [f"<h1>{html.escape(doc.title)}</h1>"]
+    if doc.claim is not None:
+        body.append(
+            claim_html(doc.claim, list(claim_images), _table_html, lambda n, k: _figure_html(n, k, out))
+        )
+    body.append("<ul>")
     body += [f"<li>{html.escape(fact)}</li>" for fact in doc.facts]
     body.append("</ul>")
     for caption, table in doc.tables:
         body.append(f"<h2>{html.escape(caption)}</h2>")
-        body.append(table.to_html(index=False, na_rep="", float_format=_fmt, border=0))
+        body.append(_table_html(table))
     if images:
         body.append("<h2>pictures</h2>")
-    for name, link in images:
-        data = base64.b64encode((out / link).read_bytes()).decode()
-        body.append(
-            f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(name)}</figcaption></figure>"
-        )
+    body += [_figure_html(name, link, out) for name, link in images]
     style = (
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
         "table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
@@ -149,18 +166,27 @@ def write_document(doc: Document, out: Path) -> Path:
         folder.write_figure(relative, figure)
     images = [(Path(r).stem, Path(r)) for r in doc.figures]
     images += [(p.stem, Path("..") / p.relative_to(out.parent)) for p in doc.pictures]
-    write_atomic(out / "report.md", _page_markdown(doc, images))
-    write_atomic(out / "report.html", _page_html(doc, images, out))
+    claim_images = []
+    if doc.claim is not None:
+        for relative, figure in doc.claim.figures.items():
+            folder.write_figure(relative, figure)
+        claim_images = section_images(doc.claim, out)
+    write_atomic(out / "report.md", _page_markdown(doc, images, claim_images))
+    write_atomic(out / "report.html", _page_html(doc, images, out, claim_images))
     return out
 
 
 def report(target: Path) -> tuple[Document, Path]:
     """Build and write the report of a sweep folder (has job folders) or a run folder (has run.json)."""
     target = Path(target)
+    claim = claim_section(target)  # before anything is written: a bad claim is refused in one sentence
     if (target / "run.json").is_file():
         doc = run_document(target)
     elif any(target.glob("*/run.json")):
         doc = sweep_document(target)
     else:
         raise FileNotFoundError(f"{target}: not a run folder (run.json) nor a sweep folder (*/run.json)")
+    if claim is not None:
+        doc.claim = claim
+        doc.pictures = [p for p in doc.pictures if p not in claim.pictures]  # shown once, in the claim
     return doc, write_document(doc, target / REPORT_DIR)

@@ -1,0 +1,273 @@
+"""The claim a preset reproduces, beside the numbers a run or sweep measured (``decpriv report``).
+
+A preset (``decpriv/conf/experiment/*.yaml``) states the paper's claim as a top-level ``claim`` entry::
+
+    claim:
+      source: "El Mrini et al. 2024, Fig. 2"          # authors, year, figure or table
+      statement: "the fraction of reconstructed nodes grows with n p"
+      figure: {x: topology.n, y: fraction_reconstructed, hue: [adversary.count]}   # the paper's axes
+      metrics: [fraction_reconstructed]               # optional: the headline of a run without a figure
+
+``x``, ``y`` and ``hue`` are summary.csv columns (``y`` a metric, ``x`` and ``hue`` usually config keys).
+The report opens with a "Claim" section: the source, the statement, ``y`` aggregated by ``hue`` and ``x``
+(mean, std over the seeds, count) and that figure drawn as ``report/plots/claim.png``. A run without a
+figure shows its headline metrics and the pictures it drew itself (graphs coloured by outcome, privacy vs
+distance).
+"""
+
+import difflib
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+from omegaconf import OmegaConf
+
+from decpriv.errors import bad
+from decpriv.report.aggregate import load_sweep, mean_std_count
+from decpriv.report.run_folder import read_status, read_table
+from decpriv.report.sweep_plots import is_numeric, plot
+
+CLAIM_PNG = "plots/claim.png"
+KEYS = ("source", "statement", "figure", "metrics")
+FIGURE_KEYS = ("x", "y", "hue")
+MAX_HEADLINE = 8
+OWN_PICTURES_SKIPPED = ("training",)  # loss/accuracy curves bear on no paper claim
+
+
+@dataclass(frozen=True)
+class Claim:
+    source: str
+    statement: str
+    x: str | None = None
+    y: str | None = None
+    hue: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+
+    @property
+    def has_figure(self) -> bool:
+        return self.y is not None
+
+
+@dataclass
+class ClaimSection:
+    claim: Claim
+    caption: str  # what the table holds
+    table: pd.DataFrame  # the measured numbers that bear on the claim
+    notes: list[str] = field(default_factory=list)
+    figures: dict[str, Figure] = field(default_factory=dict)  # drawn here, keyed report-relative
+    pictures: list[Path] = field(default_factory=list)  # pictures the run drew itself
+
+
+def _strings(key: str, value: Any) -> tuple[str, ...]:
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise bad(key, value, "expected a column name or a list of them", f"e.g. {key}=[topology]")
+    return tuple(values)
+
+
+def parse_claim(node: Any) -> Claim | None:
+    """A ``claim`` config entry as a :class:`Claim` (None when absent); a malformed one is refused."""
+    if node is None:
+        return None
+    if not isinstance(node, dict):
+        raise bad("claim", node, "expected a mapping", "give {source: ..., statement: ..., figure: ...}")
+    unknown = [k for k in node if k not in KEYS]
+    if unknown:
+        raise bad(f"claim.{unknown[0]}", node[unknown[0]], "unknown claim key", f"use {', '.join(KEYS)}")
+    for key in ("source", "statement"):
+        if not isinstance(node.get(key), str) or not node[key].strip():
+            raise bad(f"claim.{key}", node.get(key), "a claim needs it as text", "quote the paper's words")
+    figure = node.get("figure") or {}
+    if not isinstance(figure, dict):
+        raise bad("claim.figure", figure, "expected a mapping", "give {x: <config key>, y: <metric>}")
+    unknown = [k for k in figure if k not in FIGURE_KEYS]
+    if unknown:
+        raise bad(f"claim.figure.{unknown[0]}", figure[unknown[0]], "unknown figure key", "use x, y, hue")
+    if figure and not (isinstance(figure.get("x"), str) and isinstance(figure.get("y"), str)):
+        missing = "x" if not isinstance(figure.get("x"), str) else "y"
+        raise bad(f"claim.figure.{missing}", figure.get(missing), "a figure needs x and y", "name a column")
+    return Claim(
+        source=node["source"],
+        statement=" ".join(node["statement"].split()),
+        x=figure.get("x"),
+        y=figure.get("y"),
+        hue=_strings("claim.figure.hue", figure.get("hue") or []),
+        metrics=_strings("claim.metrics", node.get("metrics") or []),
+    )
+
+
+def _config_claim(folder: Path) -> Any:
+    file = folder / ".hydra" / "config.yaml"
+    if not file.is_file():
+        return None
+    node = OmegaConf.load(file).get("claim")
+    return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+
+
+def claim_of(target: Path) -> tuple[Claim | None, int]:
+    """The claim of a run folder, or of a sweep's jobs, and how many distinct claims the jobs state."""
+    folders = [target] if (target / "run.json").is_file() else sorted(target.glob("*/"))
+    found: list[Any] = []
+    for folder in folders:
+        node = _config_claim(folder)
+        if node is not None and node not in found:
+            found.append(node)
+    return (parse_claim(found[0]) if found else None), len(found)
+
+
+def _check_column(key: str, name: str, table: pd.DataFrame, where: str, metrics: list[str]) -> None:
+    if name in table.columns:
+        return
+    near = difflib.get_close_matches(name, list(table.columns), n=3)
+    hint = f"did you mean {' or '.join(near)}?" if near else "metrics: " + ", ".join(metrics[:10])
+    raise bad(key, name, f"is not a column of {where}", f"name a summary.csv column ({hint})")
+
+
+def check_figure(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> None:
+    """Refuse, in one sentence, a figure whose columns the run or sweep does not have."""
+    for key, name in [("x", claim.x), ("y", claim.y), *[("hue", h) for h in claim.hue]]:
+        _check_column(f"claim.figure.{key}", str(name), table, where, metrics)
+    if not is_numeric(table[claim.y].dropna()) or table[claim.y].isna().all():
+        raise bad("claim.figure.y", claim.y, f"is not a numeric column of {where}", "name a metric")
+
+
+def measured(claim: Claim, done: pd.DataFrame) -> pd.DataFrame:
+    """``y`` by ``hue`` and ``x`` over the completed jobs: mean, std (over seeds) and count."""
+    by = [*[h for h in claim.hue if h != claim.x], claim.x]
+    data = done.assign(**{claim.y: pd.to_numeric(done[claim.y], errors="coerce")})
+    return mean_std_count(data, by, claim.y)
+
+
+def _varying(table: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
+    return [k for k in keys if table[k].astype(str).nunique() > 1]
+
+
+def claim_figure(claim: Claim, done: pd.DataFrame) -> Figure:
+    """The paper's axes: ``y`` against ``x``, one line per varying ``hue`` combination, std error bars."""
+    figure = plot(done, claim.x, claim.y, _varying(done, claim.hue) or None)
+    fixed = [f"{k}={done[k].iloc[0]}" for k in claim.hue if k not in _varying(done, claim.hue)]
+    figure.axes[0].set_title(claim.source + (f" ({', '.join(fixed)})" if fixed else ""), fontsize=10)
+    return figure
+
+
+def headline(claim: Claim, metrics: list[str]) -> list[str]:
+    """Metrics that bear on a claim without a figure: those it names, else those its statement names,
+    else the run's headline metrics."""
+    if claim.metrics:
+        return list(claim.metrics)
+    words = set(re.findall(r"[A-Za-z0-9_]+", claim.statement))
+    named = [m for m in metrics if m in words]
+    if named:
+        return named
+    from decpriv.report.show import DETAIL  # show imports document, which imports this module
+
+    return [m for m in metrics if not DETAIL.search(m)][:MAX_HEADLINE]
+
+
+def _figure_section(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> ClaimSection:
+    check_figure(claim, table, where, metrics)
+    done = table[table["status"] == "completed"]
+    numbers = measured(claim, done)
+    section = ClaimSection(
+        claim, f"{claim.y}: mean, std over seeds, count of completed jobs", numbers.reset_index(drop=True)
+    )
+    if done[claim.x].astype(str).nunique() > 1:
+        section.figures[CLAIM_PNG] = claim_figure(claim, done)
+    else:
+        section.notes.append(
+            f"one value of {claim.x} here: the figure needs a sweep over it (decpriv run -m experiment=...)"
+        )
+    return section
+
+
+def _headline_section(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> ClaimSection:
+    names = headline(claim, metrics)
+    for name in names:
+        _check_column("claim.metrics", name, table, where, metrics)
+    done = table[table["status"] == "completed"]
+    if len(table) == 1:
+        return ClaimSection(
+            claim,
+            "headline metrics",
+            pd.DataFrame({"metric": names, "value": [done[m].iloc[0] for m in names]}),
+        )
+    rows = [
+        mean_std_count(
+            done.assign(metric=name, _v=pd.to_numeric(done[name], errors="coerce")), ["metric"], "_v"
+        )
+        for name in names
+    ]
+    table = (
+        pd.concat(rows, ignore_index=True)
+        if rows
+        else pd.DataFrame(columns=["metric", "mean", "std", "count"])
+    )
+    return ClaimSection(claim, "headline metrics over the completed jobs: mean, std, count", table)
+
+
+def claim_section(target: Path) -> ClaimSection | None:
+    """The report's claim section for a run or sweep folder (None when its config states no claim)."""
+    target = Path(target)
+    claim, distinct = claim_of(target)
+    if claim is None:
+        return None
+    if (target / "run.json").is_file():
+        table = read_table(target / "summary.csv")
+        metrics = [m for m in read_status(target).get("metrics", []) if m in table.columns]
+        where = f"{target / 'summary.csv'}"
+    else:
+        sweep = load_sweep(target)
+        table, metrics, where = sweep.table, sweep.metrics, f"the summary rows of the sweep {target}"
+    build = _figure_section if claim.has_figure else _headline_section
+    section = build(claim, table, where, metrics)
+    if distinct > 1:
+        section.notes.append(f"the jobs state {distinct} different claims: the first is shown")
+    if (target / "run.json").is_file():
+        section.pictures = sorted(
+            p for p in (target / "plots").glob("*.png") if p.stem not in OWN_PICTURES_SKIPPED
+        )
+    return section
+
+
+def section_images(section: ClaimSection, report_dir: Path) -> list[tuple[str, Path]]:
+    """(name, link relative to the report folder) of the section's pictures."""
+    images = [(Path(r).stem, Path(r)) for r in section.figures]
+    return images + [(p.stem, Path("..") / p.relative_to(report_dir.parent)) for p in section.pictures]
+
+
+def claim_markdown(section: ClaimSection, images: list[tuple[str, Path]], table_markdown) -> str:
+    claim = section.claim
+    parts = ["## Claim", "", f"**{claim.source}**: {claim.statement}", ""]
+    if claim.has_figure:
+        hue = f", one line per {', '.join(claim.hue)}" if claim.hue else ""
+        parts += [f"Figure: {claim.y} against {claim.x}{hue}.", ""]
+    parts += [f"Measured ({section.caption}):", "", table_markdown(section.table), ""]
+    parts += [f"- {note}" for note in section.notes] + ([""] if section.notes else [])
+    parts += [f"![{name}]({link.as_posix()})\n" for name, link in images]
+    return "\n".join(parts)
+
+
+def claim_html(section: ClaimSection, images: list[tuple[str, Path]], table_html, figure_html) -> str:
+    claim = section.claim
+    body = ["<h2>Claim</h2>", f"<p><b>{html.escape(claim.source)}</b>: {html.escape(claim.statement)}</p>"]
+    body.append(f"<p>Measured ({html.escape(section.caption)}):</p>{table_html(section.table)}")
+    if section.notes:
+        body.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
+    return "".join(body + [figure_html(name, link) for name, link in images])
+
+
+def print_claim(section: ClaimSection, console, report_dir: Path) -> None:
+    """The claim and the measured numbers on the terminal (``decpriv report``)."""
+    from decpriv.report.show import print_frame
+
+    claim = section.claim
+    console.print(f"[bold]claim[/] ({claim.source}): {claim.statement}", highlight=False, soft_wrap=True)
+    print_frame(section.table, f"measured: {section.caption}", console)
+    for note in section.notes:
+        console.print(f"note: {note}", highlight=False)
+    for name in section.figures:
+        console.print(f"claim figure: [bold]{report_dir / name}[/]", highlight=False)
