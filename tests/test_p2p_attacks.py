@@ -246,6 +246,7 @@ def test_preset_fig9_active_inversion(cli, tmp_path):
         (("topology=torus", "attack=gradient_recovery", "adversary.nodes=[0]"), "adversary.nodes"),
         (("topology=torus", "attack=echo", "attack.variant=loud", "adversary.nodes=[0]"), "attack.variant"),
         (("topology=torus", "attack=mia", "protocol=fedavg", "adversary.nodes=[0]"), "eavesdropper"),
+        (("topology=torus", "attack=mia", "attack.permutations=10", "adversary.nodes=[0]"), "at least 40"),
     ],
 )
 def test_bad_input_refused_before_running(args, words):
