@@ -42,13 +42,14 @@ def _line_search(
     value: torch.Tensor,
     gradient: torch.Tensor,
     direction: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backtracking from step 1 until every node accepts (halving per node).
 
     A step is accepted on the Armijo condition or, where the decrease is lost in rounding near the
     optimum, on Hager & Zhang's approximate Wolfe conditions (SIAM J. Optim. 2005, Eq. 4.1): value within
     rounding of the current one and the directional derivative shrunk to [0.9, -0.8] x its start.
-    Nodes whose direction is zero (converged) stay where they are. Returns the new w, value, gradient.
+    Nodes whose direction is zero (converged) stay where they are. Returns the new w, value, gradient
+    and the nodes that found no acceptable step (they stay put too).
     """
     slope = (gradient * direction).sum(1)
     rounding = 1e3 * torch.finfo(value.dtype).eps * (1 + value.abs())
@@ -71,7 +72,7 @@ def _line_search(
         if not pending.any():
             break
         step = torch.where(pending, step / 2, step)
-    return new_w, new_value, new_gradient
+    return new_w, new_value, new_gradient, pending
 
 
 def _residual(gradient: torch.Tensor) -> torch.Tensor:
@@ -91,50 +92,81 @@ def newton(objective: ValueAndGrad, hessian: Hessian, w: torch.Tensor, tol: floa
         newton_step = torch.cholesky_solve(-gradient[:, :, None], factor).squeeze(-1)
         direction = torch.where(convex[:, None], newton_step, -gradient)
         direction = torch.where(active[:, None], direction, torch.zeros_like(direction))
-        w, value, gradient = _line_search(objective, w, value, gradient, direction)
+        w, value, gradient, _ = _line_search(objective, w, value, gradient, direction)
         iterations += active.long()
     return Solve(w, _residual(gradient), iterations)
 
 
-def lbfgs(objective: ValueAndGrad, w: torch.Tensor, tol: float, max_iter: int, memory: int = 10) -> Solve:
-    """L-BFGS on every node until ||grad phi_i||_inf <= tol or ``max_iter`` iterations."""
-    n, p = w.shape
-    S = w.new_zeros(n, memory, p)
-    Y = w.new_zeros(n, memory, p)
-    inv_curv = w.new_zeros(n, memory)  # 1 / (s^T y); 0 marks an empty or skipped slot
-    gamma = w.new_zeros(n)  # s^T y / y^T y of the newest usable pair: the initial inverse-Hessian scale
+@dataclass(eq=False)
+class Memory:
+    """L-BFGS curvature pairs per node, kept across calls: PDMM's local problems change only in their
+    linear term c_i from round to round, so last round's pairs still describe the curvature."""
+
+    S: torch.Tensor  # (n, m, p) steps s
+    Y: torch.Tensor  # (n, m, p) gradient changes y
+    inv_curv: torch.Tensor  # (n, m) 1 / (s^T y); 0 marks an empty or skipped slot
+    gamma: torch.Tensor  # (n,) s^T y / y^T y of the newest usable pair: the initial inverse-Hessian scale
+    count: int = 0  # pairs written so far (slot = count mod m)
+
+    @classmethod
+    def empty(cls, w: torch.Tensor, size: int) -> "Memory":
+        n, p = w.shape
+        return cls(w.new_zeros(n, size, p), w.new_zeros(n, size, p), w.new_zeros(n, size), w.new_zeros(n))
+
+    def forget(self, nodes: torch.Tensor) -> None:
+        self.inv_curv = torch.where(nodes[:, None], torch.zeros_like(self.inv_curv), self.inv_curv)
+        self.gamma = torch.where(nodes, torch.zeros_like(self.gamma), self.gamma)
+
+    def direction(self, gradient: torch.Tensor) -> torch.Tensor:
+        """-H g by the two-loop recursion (Nocedal & Wright 2006, Alg. 7.4), batched over nodes."""
+        size = self.inv_curv.shape[1]
+        newest_first = [(self.count - 1 - j) % size for j in range(size)]
+        q = gradient.clone()
+        coefficient = torch.zeros_like(self.inv_curv)
+        for slot in newest_first:
+            coefficient[:, slot] = self.inv_curv[:, slot] * (self.S[:, slot] * q).sum(1)
+            q = q - coefficient[:, slot, None] * self.Y[:, slot]
+        scale = torch.where(self.gamma > 0, self.gamma, 1 / gradient.norm(dim=1).clamp_min(1.0))
+        r = scale[:, None] * q
+        for slot in reversed(newest_first):
+            beta = self.inv_curv[:, slot] * (self.Y[:, slot] * r).sum(1)
+            r = r + (coefficient[:, slot] - beta)[:, None] * self.S[:, slot]
+        return -r
+
+    def add(self, s: torch.Tensor, y: torch.Tensor, usable: torch.Tensor) -> None:
+        """Store the pairs of ``usable`` nodes (s^T y > 0 keeps the model positive definite)."""
+        sy = (s * y).sum(1)
+        tiny = torch.finfo(s.dtype).tiny
+        slot = self.count % self.inv_curv.shape[1]
+        self.S[:, slot] = torch.where(usable[:, None], s, self.S[:, slot])
+        self.Y[:, slot] = torch.where(usable[:, None], y, self.Y[:, slot])
+        self.inv_curv[:, slot] = torch.where(usable, 1 / sy.clamp_min(tiny), 0.0)
+        self.gamma = torch.where(usable, sy / (y * y).sum(1).clamp_min(tiny), self.gamma)
+        self.count += 1
+
+
+def lbfgs(
+    objective: ValueAndGrad, w: torch.Tensor, tol: float, max_iter: int, memory: Memory | None = None
+) -> tuple[Solve, Memory]:
+    """L-BFGS on every node until ||grad phi_i||_inf <= tol or ``max_iter`` iterations; returns the
+    solve and the curvature memory to warm-start the next, similar problem with."""
+    memory = memory if memory is not None else Memory.empty(w, 10)
     value, gradient = objective(w)
-    iterations = torch.zeros(n, dtype=torch.int64, device=w.device)
-    for k in range(max_iter):
+    iterations = torch.zeros(w.shape[0], dtype=torch.int64, device=w.device)
+    for _ in range(max_iter):
         active = _residual(gradient) > tol
         if not active.any():
             break
-        q = gradient.clone()
-        coefficient = w.new_zeros(n, memory)
-        newest_first = [(k - 1 - j) % memory for j in range(memory)]
-        for slot in newest_first:
-            coefficient[:, slot] = inv_curv[:, slot] * (S[:, slot] * q).sum(1)
-            q = q - coefficient[:, slot, None] * Y[:, slot]
-        scale = torch.where(gamma > 0, gamma, 1 / gradient.norm(dim=1).clamp_min(1.0))
-        r = scale[:, None] * q
-        for slot in reversed(newest_first):
-            beta = inv_curv[:, slot] * (Y[:, slot] * r).sum(1)
-            r = r + (coefficient[:, slot] - beta)[:, None] * S[:, slot]
-        direction = -r
+        direction = memory.direction(gradient)
         uphill = (direction * gradient).sum(1) >= 0
         direction = torch.where(uphill[:, None], -gradient, direction)
-        inv_curv = torch.where(uphill[:, None], torch.zeros_like(inv_curv), inv_curv)
-        gamma = torch.where(uphill, torch.zeros_like(gamma), gamma)
+        memory.forget(uphill)
         direction = torch.where(active[:, None], direction, torch.zeros_like(direction))
-        new_w, value, new_gradient = _line_search(objective, w, value, gradient, direction)
+        new_w, value, new_gradient, stuck = _line_search(objective, w, value, gradient, direction)
         s, y = new_w - w, new_gradient - gradient
-        sy = (s * y).sum(1)
-        usable = active & (sy > 1e-10 * s.norm(dim=1) * y.norm(dim=1))
-        slot = k % memory
-        S[:, slot] = torch.where(usable[:, None], s, S[:, slot])
-        Y[:, slot] = torch.where(usable[:, None], y, Y[:, slot])
-        inv_curv[:, slot] = torch.where(usable, 1 / sy.clamp_min(torch.finfo(w.dtype).tiny), 0.0)
-        gamma = torch.where(usable, sy / (y * y).sum(1).clamp_min(torch.finfo(w.dtype).tiny), gamma)
+        usable = active & ~stuck & ((s * y).sum(1) > 1e-10 * s.norm(dim=1) * y.norm(dim=1))
+        memory.forget(stuck)  # a node whose quasi-Newton direction found no step restarts from -g
+        memory.add(s, y, usable)
         w, gradient = new_w, new_gradient
         iterations += active.long()
-    return Solve(w, _residual(gradient), iterations)
+    return Solve(w, _residual(gradient), iterations), memory

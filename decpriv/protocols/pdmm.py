@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from torch.func import grad, grad_and_value, hessian, vmap
+from torch.func import grad, hessian, vmap
 
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad
@@ -34,7 +34,7 @@ from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
-from decpriv.protocols.local_solve import Solve, lbfgs, newton
+from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton
 
 UPDATES = ("exact", "inexact", "qa")
 
@@ -136,11 +136,12 @@ class PDMM(Protocol):
         x: torch.Tensor,
         y: torch.Tensor,
         mask: torch.Tensor,
-    ) -> Solve:
+        memory: Memory | None = None,
+    ) -> tuple[Solve, Memory | None]:
         """argmin f_i(w) + c_i^T w + (rd_i / 2)||w||^2 for all nodes, per ``update``, warm-started at w.
 
-        ``exact`` returns the optimality residual ||grad||_inf of every node; the inexact updates do not
-        aim at the optimum, so their residual is NaN.
+        ``exact`` returns the optimality residual ||grad||_inf of every node and L-BFGS's curvature
+        ``memory`` for the next round; the inexact updates do not aim at the optimum (residual NaN).
         """
         if self.update in ("qa", "inexact"):
             gradient = vmap(grad(model.loss))
@@ -150,21 +151,28 @@ class PDMM(Protocol):
                 for _ in range(self.k_max):
                     w = w - self.alpha * (gradient(w, x, y, mask) + c + rd[:, None] * w)
             nan = torch.full((w.shape[0],), float("nan"), dtype=w.dtype, device=w.device)
-            return Solve(w, nan, torch.full_like(nan, self.k_max if self.update == "inexact" else 1).long())
+            steps = torch.full_like(nan, self.k_max if self.update == "inexact" else 1).long()
+            return Solve(w, nan, steps), None
 
-        def phi(wi, ci, rdi, xi, yi, mi):
-            return model.loss(wi, xi, yi, mi) + ci @ wi + 0.5 * rdi * (wi @ wi)
-
-        value_and_gradient = vmap(grad_and_value(phi))
+        local_loss = vmap(model.loss)
 
         def objective(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            g, f = value_and_gradient(v, c, rd, x, y, mask)
-            return f, g
+            # phi_i depends on w_i alone, so the gradient of sum_i phi_i is every node's gradient at once
+            v = v.detach().requires_grad_(True)
+            with torch.enable_grad():
+                values = local_loss(v, x, y, mask) + (c * v).sum(1) + 0.5 * rd * (v * v).sum(1)
+                (gradient,) = torch.autograd.grad(values.sum(), v)
+            return values.detach(), gradient
 
         if w.shape[1] <= self.newton_max:
+
+            def phi(wi, ci, rdi, xi, yi, mi):
+                return model.loss(wi, xi, yi, mi) + ci @ wi + 0.5 * rdi * (wi @ wi)
+
             curvature = vmap(hessian(phi))
-            return newton(objective, lambda v: curvature(v, c, rd, x, y, mask), w, self.tol, self.max_inner)
-        return lbfgs(objective, w, self.tol, self.max_inner)
+            hess = lambda v: curvature(v, c, rd, x, y, mask)  # noqa: E731
+            return newton(objective, hess, w, self.tol, self.max_inner), None
+        return lbfgs(objective, w, self.tol, self.max_inner, memory)
 
     def convergence(self, residuals: torch.Tensor, inner: torch.Tensor) -> dict[str, float]:
         """The exact update's largest optimality residual over nodes and rounds; warn (or fail when
@@ -208,6 +216,7 @@ class PDMM(Protocol):
         evaluate = Evaluator(model, sim.dataset, local, device)
         evals = eval_rounds(self.rounds, self.eval_every)
         models, rows, residuals, inner = [w.clone()], [], [], []
+        memory = None
         for t in sim.progress(self.rounds + 1, self.name):
             if t in evals:
                 row = {"round": t, **evaluate(w)}
@@ -218,7 +227,7 @@ class PDMM(Protocol):
                 break
             # z_{i|j} sits on edge j -> i, whose receiver is i, and B_{i|j} = -B_{j|i}.
             c = torch.zeros_like(w).index_add_(0, recv, -b_send * z)
-            solve = self.local_solve(model, w, c, rd, x, y, mask)
+            solve, memory = self.local_solve(model, w, c, rd, x, y, mask, memory)
             w = solve.w
             residuals.append(solve.residual.max())
             inner.append(solve.iterations.double().mean())

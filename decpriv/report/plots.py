@@ -57,27 +57,44 @@ def graph_figure(
     return fig
 
 
+MAX_COLUMNS = 16
+MAX_IMAGES = 64
+
+
 def image_grid(
     rows: Sequence[tuple[str, np.ndarray]], captions: Sequence[str] | None = None, title: str = ""
 ) -> Figure:
-    """Rows of images (e.g. ("true", X), ("recovered", Xhat)), each X of shape (k, C, H, W) in [0, 1]."""
-    k = max(len(images) for _, images in rows)
-    fig, axes = plt.subplots(len(rows), k, figsize=(1.2 * k + 1, 1.3 * len(rows) + 0.4), squeeze=False)
-    for r, (label, images) in enumerate(rows):
-        for c in range(k):
-            ax = axes[r, c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c < len(images):
-                img = np.clip(np.asarray(images[c], dtype=float), 0, 1)
-                img = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
-                ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
-            else:
-                ax.axis("off")
-            if c == 0:
-                ax.set_ylabel(label, fontsize=8)
-            if r == len(rows) - 1 and captions is not None and c < len(captions):
-                ax.set_xlabel(captions[c], fontsize=7)
+    """Rows of images (e.g. ("true", X), ("recovered", Xhat)), each X of shape (k, C, H, W) in [0, 1].
+
+    Long rows wrap into bands of at most ``MAX_COLUMNS`` columns, each band showing every row's images of
+    those columns (true directly above recovered); past ``MAX_IMAGES`` columns the rest are left out and
+    the title says how many are shown.
+    """
+    total = max(len(images) for _, images in rows)
+    k = min(total, MAX_IMAGES)
+    width = min(k, MAX_COLUMNS)
+    bands = -(-k // width)
+    if k < total:
+        title = f"{title} (first {k} of {total})"
+    height = len(rows) * bands
+    fig, axes = plt.subplots(height, width, figsize=(1.1 * width + 1, 1.2 * height + 0.5), squeeze=False)
+    for band in range(bands):
+        for r, (label, images) in enumerate(rows):
+            for c in range(width):
+                i, ax = band * width + c, axes[band * len(rows) + r, c]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if i < min(len(images), k):
+                    img = np.clip(np.asarray(images[i], dtype=float), 0, 1)
+                    img = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
+                    ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
+                else:
+                    ax.axis("off")
+                if c == 0:
+                    ax.set_ylabel(label, fontsize=8)
+                last = r == len(rows) - 1
+                if last and captions is not None and i < min(len(captions), k):
+                    ax.set_xlabel(captions[i], fontsize=7)
     fig.suptitle(title)
     return fig
 

@@ -34,9 +34,11 @@ def score_batches(
     """Match each victim's reconstructions to its true samples optimally, then score every pair.
 
     A non-finite reconstruction (a closed form divided by zero) counts as zeros and is flagged
-    ``defined=False``; image data also get MSE, PSNR and SSIM.
+    ``defined=False``; image data also get MSE, PSNR and SSIM, and the PSNR/SSIM of the baseline that
+    needs no attack: the mean held-out image of the public data set as the guess for every input.
     """
     rows, true_rows, rec_rows = [], [], []
+    prior = truth.dataset.x_test.mean(0, keepdim=True)
     for v, xr, yr, objective in zip(victims, xs, ys, objectives, strict=True):
         keep = truth.local.mask[v].bool()
         x, y = truth.local.x[v][keep].to(xr.dtype), truth.local.y[v][keep]
@@ -50,6 +52,11 @@ def score_batches(
                 "mse": images.mse(xr, x, data_range),
                 "psnr": images.psnr(xr, x, data_range),
                 "ssim": images.ssim(xr, x, data_range),
+            }
+            guess = prior.to(x.dtype).expand_as(x)
+            scores |= {
+                "mean_image_psnr": images.psnr(guess, x, data_range),
+                "mean_image_ssim": images.ssim(guess, x, data_range),
             }
         for i in range(len(x)):
             rows.append(

@@ -10,8 +10,8 @@ with the shared inversion engine (:func:`decpriv.attacks.inversion.invert`): lab
 difference hides the label sign, Table 5.1), L-BFGS (30 iterations in the thesis, 500 in the paper),
 random-normal restarts, the best objective kept. ``labels=auto`` enumerates while the label multisets fit
 in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need.
-For logistic regression with n_i = 1 the difference is (sigma(w^t . x) - sigma(w^{t+2} . x)) [x; 1],
-so x = weight part / bias part in closed form (``analytic``).
+With n_i = 1 and a fully connected first layer (logistic, softmax, MLP) the difference's first weight
+block is its bias block times x^T, so x follows in closed form (``analytic``: :func:`analytic_inputs`).
 Reconstructions are matched to the true batch optimally before scoring.
 """
 
@@ -25,7 +25,13 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.inversion.labels import label_multisets
 from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
-from decpriv.attacks.pdmm.leak import Assumed, check_assumptions, check_pdmm, extract
+from decpriv.attacks.pdmm.leak import (
+    Assumed,
+    check_assumptions,
+    check_pdmm,
+    check_theorem_form,
+    extract,
+)
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.setup import Setup
@@ -42,10 +48,32 @@ class Reconstruction:
     method: str
 
 
-def analytic_logistic(view: View, difference: torch.Tensor) -> torch.Tensor:
-    """(V, d) x = weight part / bias part of the leaked differences (V, p) of a one-sample logistic f_i."""
-    weight, bias = torch.split(difference, view.model.numels, dim=1)
-    return weight / bias
+def first_layer_input(model, input_size: int) -> bool:
+    """Whether the first parameters are a fully connected layer on the flattened input, then its bias."""
+    shapes = model.shapes
+    return (
+        len(shapes) >= 2
+        and model.names[0].endswith("weight")
+        and model.names[1].endswith("bias")
+        and len(shapes[0]) == 2
+        and shapes[0][1] == input_size
+        and shapes[1] == (shapes[0][0],)
+    )
+
+
+def analytic_inputs(model, difference: torch.Tensor) -> torch.Tensor:
+    """(V, d) inputs of one-sample f_i from their leaked gradient differences (V, p), in closed form.
+
+    For a first layer z = W x + b, grad_W f = (grad_b f) x^T at any parameters, so the difference of two
+    such gradients is D_W = D_b x^T: every row of the weight part is the bias part's entry times x. Yu 2023
+    (Sec. 5.2) divides the two for logistic regression (one row); with h rows the least-squares solution
+    x = D_W^T D_b / ||D_b||^2 uses all of them (Phong et al. 2017 for a single gradient). It needs no
+    label (a difference hides it) and no model point, so the anchor error of Theorem 1.2 does not enter.
+    """
+    h, d = model.shapes[0]
+    weight = difference[:, : h * d].reshape(-1, h, d)
+    bias = difference[:, h * d : h * d + h]
+    return torch.einsum("vhd,vh->vd", weight, bias) / (bias * bias).sum(1, keepdim=True)
 
 
 LABELS = ("auto", "enumerate", "optimise")
@@ -100,6 +128,9 @@ class DiffGrad(Attack):
 
     def check(self, setup: Setup) -> None:
         check_pdmm(setup, self.name)
+        check_theorem_form(
+            self.form, self.theta if self.theta is not None else setup.protocol.theta, "attack"
+        )
         rounds = setup.protocol.rounds
         t_max = self.t_max or rounds
         if not 4 <= t_max <= rounds:
@@ -138,8 +169,8 @@ class DiffGrad(Attack):
         k = self.round - 1
         target, start, end = leak.difference[k, victims], leak.start[k, victims], leak.end[k, victims]
         spec = view.data_spec
-        if self.analytic and batch == 1 and view.model.loss_name == "binary_cross_entropy":
-            x = analytic_logistic(view, target).reshape(len(victims), 1, *spec.input_shape)
+        if self.analytic and batch == 1 and first_layer_input(view.model, int(np.prod(spec.input_shape))):
+            x = analytic_inputs(view.model, target).reshape(len(victims), 1, *spec.input_shape)
             unknown = torch.full((1,), -1, dtype=torch.long)
             return Reconstruction(
                 victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic"
@@ -184,13 +215,30 @@ class DiffGrad(Attack):
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
+        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {self.config.labels}"
+        recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
         if is_image:
+            # an exact recovery has infinite PSNR: capped at 100 dB so a mean stays finite
             summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
             summary["attack_ssim"] = float(table["ssim"].mean())
+            summary["attack_mean_image_psnr"] = float(table["mean_image_psnr"].mean())
+            recovered = (
+                f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
+                f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
+            )
             figures["reconstructions/diffgrad.png"] = reconstruction_grid(
                 scored,
                 data_range,
                 "diffgrad",
                 f"diffgrad on PDMM: round {self.round}, anchored at t_max={findings.t_max}",
             )
+        labels = (
+            "labels not recovered (a gradient difference hides them)"
+            if findings.method == "analytic"
+            else f"labels {summary['attack_label_accuracy']:.0%} right"
+        )
+        summary["verdict"] = (
+            f"diffgrad ({how}) inverted the gradient differences D^{self.round} leaked by the Delta z of "
+            f"{len(findings.victims)} honest node(s) with {len(table)} sample(s): {recovered}; {labels}."
+        )
         return Report(tables={"attack": table}, summary=summary, figures=figures)

@@ -9,8 +9,15 @@ the corrupt nodes' model at t_max (Theorem 1.2) gives the trajectory w_i^t = w_c
 s_i^tau. The local optimality condition grad f_i(w_i^{t+1}) = -sum_j B z_{i|j}^t - rho d_i w_i^{t+1}
 turns into gradient differences D_i^t = grad f_i(w_i^t) - grad f_i(w_i^{t+2}) in two forms:
 
-- ``theorem`` (Theorem 1.3, theta = 1, exact updates): rho d_i (w_i^t + w_i^{t+2}) - 2 rho sum_j w_j^{t+1},
-  evaluated on the anchored trajectory, so the anchor error enters the value;
+- ``theorem`` (theta = 1), evaluated on the anchored trajectory, so the anchor error enters the value:
+  exact (Eq. 2.13 / 4.4): rho d_i (w_i^t + w_i^{t+2}) - 2 rho sum_j w_j^{t+1};
+  k_max = 1 (Eq. 4.3): (rho d_i - 1/alpha)(w_i^{t+2} - w_i^t) + w_i^{t+3} / alpha
+  + (2 rho d_i - 1/alpha) w_i^{t+1} - 2 rho sum_j w_j^{t+2};
+  QA (Eq. 4.22): (rho d_i - mu) w_i^{t+1} + (mu + rho d_i) w_i^{t+3} + mu (w_i^t - w_i^{t+2})
+  - 2 rho sum_j w_j^{t+2}.
+  In all three a constant anchor error e_i adds exactly 2 rho (d_i e_i - sum_j e_j). The derivation
+  uses z_{i|j}^{t+1} - z_{i|j}^{t-1} = 2 rho B_{i|j} (w_i^t - w_j^{t+1}), which holds for theta = 1 only:
+  for theta < 1 z keeps a geometric memory of every earlier w and z^0, so the form is refused there;
 - ``messages``: with Q_i^t = sum_j B_{i|j} Delta z_{i|j}^t the same optimality conditions give
   exact: D^t = Q^t + Q^{t+1} + rho d (s^t + s^{t+1}),
   k_max = 1: D^t = (s^{t+2} - s^t) / alpha + Q^{t+1} + Q^{t+2} + rho d (s^t + s^{t+1}),
@@ -95,10 +102,26 @@ def extract(
     trajectory[:, torch.as_tensor(view.attackers)] = own[1 : t_max + 1]
     Q = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, recv, -b * dz)
     if form == "theorem":
-        K = T - 2
-        s = trajectory
-        neighbours = torch.zeros(K, n, p, dtype=dz.dtype).index_add_(1, recv, s[1 : K + 1][:, send])
-        difference = rd * (s[:K] + s[2 : K + 2]) - 2 * rho * neighbours
+        w = trajectory  # w[k] = w^{k+1}
+        K = T - 2 if update == "exact" else T - 3
+        lag = 1 if update == "exact" else 2  # the neighbours' models enter at t+1 (exact) or t+2
+        neighbours = torch.zeros(K, n, p, dtype=dz.dtype).index_add_(1, recv, w[lag : K + lag][:, send])
+        if update == "exact":
+            difference = rd * (w[:K] + w[2 : K + 2]) - 2 * rho * neighbours
+        elif update == "k1":
+            difference = (
+                (rd - 1 / alpha) * (w[2 : K + 2] - w[:K])
+                + w[3 : K + 3] / alpha
+                + (2 * rd - 1 / alpha) * w[1 : K + 1]
+                - 2 * rho * neighbours
+            )
+        else:
+            difference = (
+                (rd - mu) * w[1 : K + 1]
+                + (mu + rd) * w[3 : K + 3]
+                + mu * (w[:K] - w[2 : K + 2])
+                - 2 * rho * neighbours
+            )
     elif update == "exact":
         K = T - 2
         difference = Q[:K] + Q[1 : K + 1] + rd * (steps[:K] + steps[1 : K + 1])
@@ -181,6 +204,17 @@ class Assumed:
             update if update is not None else declared,
             alpha if alpha is not None else hyper["alpha"],
             mu if mu is not None else hyper["mu"],
+        )
+
+
+def check_theorem_form(form: str, assumed_theta: float, prefix: str) -> None:
+    """The Theorem-1 forms are derived for theta = 1 (PDMM); refuse them for ADMM-type averaging."""
+    if form == "theorem" and assumed_theta != 1:
+        raise bad(
+            f"{prefix}.form",
+            form,
+            f"Theorem 1's closed forms (Yu 2023, Eq. 2.13, 4.3, 4.22) hold for theta = 1, not {assumed_theta}",
+            f"use {prefix}.form=messages, which covers any theta",
         )
 
 

@@ -8,7 +8,14 @@ from torch.func import grad, vmap
 
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.pdmm.leak import Assumed, Leak, check_assumptions, check_pdmm, extract
+from decpriv.attacks.pdmm.leak import (
+    Assumed,
+    Leak,
+    check_assumptions,
+    check_pdmm,
+    check_theorem_form,
+    extract,
+)
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import metric_plot
@@ -51,6 +58,9 @@ class PDMMLeak(Attack):
 
     def check(self, setup: Setup) -> None:
         check_pdmm(setup, self.name)
+        check_theorem_form(
+            self.form, self.theta if self.theta is not None else setup.protocol.theta, "attack"
+        )
         if self.t_max is not None and max(self.t_max) > setup.protocol.rounds:
             raise bad(
                 "attack.t_max",
