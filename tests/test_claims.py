@@ -1,13 +1,18 @@
 """A preset's ``claim`` in ``decpriv report``: the claim section opens report.md/html with the measured
-numbers (checked against a ring's edge count, solved by hand, and against pandas on summary.csv), the
-figure is drawn on the claim's axes, a run without a figure shows its own pictures and headline metrics,
-and a bad claim is refused in one sentence before anything is written."""
+numbers and the figure on the claim's axes, a sweep over single attackers colours the graph by outcome
+(El Mrini et al., Figs. 3/5), a run without a figure shows its own pictures and headline metrics, and a
+bad claim is refused in one sentence before anything is written.
 
+Hand-solved case: after one gossip step a single attacker has heard each neighbour's private value once,
+so it reconstructs exactly its neighbours: reconstructed_honest = its degree (Florentine families:
+node 0 has degree 1, node 1 degree 6)."""
+
+import math
 import shutil
-from dataclasses import replace
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -15,20 +20,33 @@ from conftest import run_cli
 
 from decpriv.cli import main
 from decpriv.errors import ConfigError
-from decpriv.report.claims import claim_section, measured, parse_claim
+from decpriv.report.claims import Claim, claim_section, measured, parse_claim
 
 CLAIM = (
-    'claim={source: "Test 2026, Fig. 1", statement: "a ring of n nodes has n edges",'
-    " figure: {x: topology.n, y: edges, hue: [topology]}}"
+    'claim={source: "Test 2026, Fig. 1", statement: "one gossip step reveals the neighbours",'
+    " figure: {x: protocol.rounds, y: fraction_reconstructed, hue: [adversary.nodes]}}"
 )
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """Four cheap jobs (rings of 4 and 6 nodes, two seeds, no attack) with a claim on the command line."""
+    """Four cheap knowledge-matrix jobs on the Florentine families: T = 1, 2 gossip steps, attacker 0 or 1."""
     cwd = tmp_path_factory.mktemp("claims")
-    args = ["run", "-m", "topology.n=4,6", "seed=0,1", "protocol.rounds=2", "~attack", CLAIM]
-    run_cli(*args, "hydra.sweep.dir=sw", cwd=cwd, check=True)
+    run_cli(
+        "run",
+        "-m",
+        "topology=florentine",
+        "protocol=gossip",
+        "attack=knowledge_matrix",
+        "partition=one_per_node",
+        "data=gaussian_classes",
+        "protocol.rounds=1,2",
+        "adversary.nodes=[0],[1]",
+        CLAIM,
+        "hydra.sweep.dir=sw",
+        cwd=cwd,
+        check=True,
+    )
     return cwd / "sw"
 
 
@@ -47,61 +65,99 @@ def test_sweep_report_opens_with_the_claim_its_numbers_and_figure(sweep, capsys)
     assert not [c for c in summary.columns if c.startswith("claim")]  # the paper's words are no setting
     assert main(["report", str(sweep)]) == 0
     out = capsys.readouterr().out
-    assert "claim (Test 2026, Fig. 1): a ring of n nodes has n edges" in out
+    assert "claim (Test 2026, Fig. 1): one gossip step reveals the neighbours" in out
     assert "claim figure:" in out and "claim.png" in out
 
     markdown = (sweep / "report" / "report.md").read_text()
     assert markdown.index("## Claim") < markdown.index("jobs: 4 completed")  # the page opens with it
-    assert (
-        "| ring | 4 | 4 | 0 | 2 |" in markdown and "| ring | 6 | 6 | 0 | 2 |" in markdown
-    )  # edges(ring n) = n
+    assert f"| [0] | 1 | {2 / 15:.6g} |  | 1 |" in markdown  # the attacker and its one neighbour
+    assert f"| [1] | 1 | {7 / 15:.6g} |  | 1 |" in markdown  # ... and its six
     assert "![claim](plots/claim.png)" in markdown
     page = (sweep / "report" / "report.html").read_text()
     assert page.index("<h2>Claim</h2>") < page.index("jobs: 4 completed")
 
     section = claim_section(sweep)
-    expected = summary.groupby("topology.n")["test_accuracy"].agg(["mean", "std", "count"])
-    table = measured(replace(section.claim, y="test_accuracy"), summary).set_index("topology.n")
-    assert table["mean"].tolist() == pytest.approx(expected["mean"].tolist(), abs=1e-12)
-    assert table["std"].tolist() == pytest.approx(expected["std"].tolist(), abs=1e-12)
-    assert table["count"].tolist() == [2, 2]
-
     figure = section.figures["plots/claim.png"]
     ax = figure.axes[0]
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("topology.n", "edges")
-    assert "Test 2026, Fig. 1" in ax.get_title() and "topology=ring" in ax.get_title()
-    assert [list(line.get_xdata()) for line in ax.lines[:1]] == [[4, 6]]
-    assert list(ax.lines[0].get_ydata()) == [4, 6]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("protocol.rounds", "fraction_reconstructed")
+    assert "Test 2026, Fig. 1" in ax.get_title()
+    lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # one errorbar per hue
+    assert list(lines["[1]"].get_xdata()) == [1, 2] and lines["[1]"].get_ydata()[0] == pytest.approx(7 / 15)
+    assert list(lines["[1]"].get_ydata()) == sorted(lines["[1]"].get_ydata())  # more steps, more known
     plt.close(figure)
     pixels = mpimg.imread(sweep / "report" / "plots" / "claim.png")
     assert pixels.shape[1] >= 600 and pixels[..., :3].std() > 0.05
 
 
+def test_measured_numbers_are_mean_std_count_over_seeds_by_hue_and_x():
+    table = pd.DataFrame(
+        {
+            "status": ["completed"] * 5 + ["failed"],
+            "topology.n": [40, 20, 40, 20, 20, 40],
+            "adversary.count": [1, 1, 1, 1, 2, 1],
+            "y": [0.1, 0.2, 1.0, 0.4, 0.9, math.nan],
+        }
+    )
+    claim = Claim("S", "T", x="topology.n", y="y", hue=("adversary.count",))
+    got = measured(claim, table[table.status == "completed"])
+    assert got.columns.tolist() == ["adversary.count", "topology.n", "mean", "std", "count"]
+    assert got[["adversary.count", "topology.n", "count"]].values.tolist() == [
+        [1, 20, 2],
+        [1, 40, 2],
+        [2, 20, 1],
+    ]
+    assert got["mean"].tolist() == pytest.approx([0.3, 0.55, 0.9])
+    assert got["std"].tolist()[:2] == pytest.approx([0.02**0.5, (2 * 0.45**2) ** 0.5])  # sample std
+    assert math.isnan(got["std"].iloc[2])  # one seed: no spread
+
+
+def test_sweep_over_single_attackers_colours_the_graph_by_outcome(sweep, tmp_path):
+    claim = {
+        "source": "Test 2026, Fig. 3",
+        "statement": "S",
+        "figure": {"x": "adversary.nodes", "y": "reconstructed_honest"},
+    }
+    folder = tmp_path / "graph"
+    summary = pd.read_csv(sweep / "summary.csv")
+    for job in summary.loc[summary["protocol.rounds"] == 1, "job"]:
+        _with_claim(sweep / str(job), folder / str(job), claim)
+    section = claim_section(folder)
+    figure = section.figures["plots/claim.png"]
+    nodes = next(c for c in figure.axes[0].collections if c.get_array() is not None)
+    colours = np.ma.filled(nodes.get_array().astype(float), math.nan)
+    degree = pd.read_csv(sweep / "0" / "nodes.csv")["degree"]
+    assert len(colours) == 15 and colours[0] == degree[0] == 1 and colours[1] == degree[1] == 6
+    assert all(math.isnan(c) for c in colours[2:])  # never the attacker: left blank
+    plt.close(figure)
+
+
 def test_run_without_figure_shows_its_own_pictures_and_the_metrics_its_claim_names(sweep, tmp_path, capsys):
-    claim = {"source": "Test 2026, Fig. 2", "statement": "the ring's spectral_gap is positive"}
+    claim = {"source": "Test 2026, Fig. 2", "statement": "the attacker finds its knowledge_rank"}
     run = _with_claim(sweep / "0", tmp_path / "run", claim)
     figure, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     figure.savefig(run / "plots" / "outcome.png")
     plt.close(figure)
     assert main(["report", str(run)]) == 0
-    assert "the ring's spectral_gap is positive" in capsys.readouterr().out
+    assert "the attacker finds its knowledge_rank" in capsys.readouterr().out
     markdown = (run / "report" / "report.md").read_text()
     claim_part = markdown[markdown.index("## Claim") : markdown.index("- status:")]
-    gap = pd.read_csv(run / "summary.csv")["spectral_gap"].iloc[0]
-    assert f"| spectral_gap | {gap:.6g} |" in claim_part  # the metric its statement names, not all
-    assert "test_accuracy" not in claim_part
-    assert "](../plots/outcome.png)" in claim_part and "training" not in claim_part
+    rank = pd.read_csv(run / "summary.csv")["knowledge_rank"].iloc[0]
+    assert f"| knowledge_rank | {rank:.6g} |" in claim_part  # the metric its statement names, not all
+    assert "fraction_reconstructed" not in claim_part
+    assert "](../plots/outcome.png)" in claim_part and "](../plots/knowledge_graph.png)" in claim_part
+    assert "training" not in claim_part
     assert markdown.count("../plots/outcome.png") == 1  # shown once, in the claim
 
 
 def test_bad_claim_figure_is_refused_in_one_sentence_before_writing(sweep, tmp_path):
-    claim = {"source": "S", "statement": "T", "figure": {"x": "topology.n", "y": "egdes"}}
+    claim = {"source": "S", "statement": "T", "figure": {"x": "protocol.rounds", "y": "fraction_reconstruct"}}
     run = _with_claim(sweep / "1", tmp_path / "run", claim)
     proc = run_cli("report", str(run))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0
-    assert "claim.figure.y='egdes'" in proc.stderr and "did you mean edges" in proc.stderr
+    assert "claim.figure.y='fraction_reconstruct'" in proc.stderr
+    assert "did you mean fraction_reconstructed" in proc.stderr
     assert not (run / "report").exists()
 
 

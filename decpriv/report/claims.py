@@ -17,6 +17,7 @@ distance).
 
 import difflib
 import html
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,12 @@ from omegaconf import OmegaConf
 
 from decpriv.errors import bad
 from decpriv.report.aggregate import load_sweep, mean_std_count
+from decpriv.report.plots import graph_figure
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep_plots import is_numeric, plot
 
 CLAIM_PNG = "plots/claim.png"
+ATTACKERS = "adversary.nodes"
 KEYS = ("source", "statement", "figure", "metrics")
 FIGURE_KEYS = ("x", "y", "hue")
 MAX_HEADLINE = 8
@@ -154,6 +157,41 @@ def claim_figure(claim: Claim, done: pd.DataFrame) -> Figure:
     return figure
 
 
+def _attacker(value: Any) -> int | None:
+    """The node of a one-attacker ``adversary.nodes`` value (``[3]`` or ``"[3]"``), else None."""
+    try:
+        nodes = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+    ok = isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], int)
+    return nodes[0] if ok else None
+
+
+def per_attacker(claim: Claim, done: pd.DataFrame) -> pd.Series | None:
+    """Mean ``y`` per attacking node when each job has one attacker (``x`` = adversary.nodes) on one
+    graph (every ``topology.*`` column constant): what El Mrini et al.'s Figs. 3 and 5 colour the graph by."""
+    if claim.x != ATTACKERS or done.empty:
+        return None
+    nodes = done[claim.x].map(_attacker)
+    topology = [c for c in done.columns if c == "topology" or c.startswith("topology.")]
+    if nodes.isna().any() or any(done[c].astype(str).nunique() > 1 for c in topology):
+        return None
+    return pd.to_numeric(done[claim.y], errors="coerce").groupby(nodes.astype(int).to_numpy()).mean()
+
+
+def outcome_graph(claim: Claim, values: pd.Series, job: Path) -> Figure:
+    """The jobs' graph, rebuilt from the first job's topology config, each node coloured by its ``y`` as
+    the attacker (nodes that never attacked are left blank)."""
+    from hydra.utils import instantiate
+
+    from decpriv.graphs.network import index_nodes
+
+    graph, _ = index_nodes(instantiate(OmegaConf.load(job / ".hydra" / "config.yaml").topology))
+    colours = [float(values.get(v, float("nan"))) for v in range(graph.number_of_nodes())]
+    title = f"{claim.source}\n{claim.y} of each node as the single attacker ({len(values)} tried)"
+    return graph_figure(graph, [], {}, title, values=colours, value_label=claim.y)
+
+
 def headline(claim: Claim, metrics: list[str]) -> list[str]:
     """Metrics that bear on a claim without a figure: those it names, else those its statement names,
     else the run's headline metrics."""
@@ -168,23 +206,37 @@ def headline(claim: Claim, metrics: list[str]) -> list[str]:
     return [m for m in metrics if not DETAIL.search(m)][:MAX_HEADLINE]
 
 
-def _figure_section(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> ClaimSection:
+def _draw(claim: Claim, done: pd.DataFrame, target: Path) -> tuple[Figure | None, list[str]]:
+    """The claim's figure: the graph coloured by outcome for a sweep over single attackers, else ``y``
+    against ``x``; None (and why) when there is nothing to draw."""
+    values = per_attacker(claim, done) if "job" in done else None
+    if values is not None:
+        try:
+            return outcome_graph(claim, values, target / str(done["job"].iloc[0])), []
+        except Exception as error:  # the graph cannot be rebuilt here (an edge list moved): draw the curve
+            note = f"graph not redrawn ({type(error).__name__}: {error}); {claim.y} per attacker instead"
+            return claim_figure(claim, done), [note]
+    if done[claim.x].astype(str).nunique() > 1:
+        return claim_figure(claim, done), []
+    return None, [f"one value of {claim.x} here: the figure needs a sweep over it (decpriv run -m ...)"]
+
+
+def _figure_section(
+    claim: Claim, table: pd.DataFrame, where: str, metrics: list[str], target: Path
+) -> ClaimSection:
     check_figure(claim, table, where, metrics)
     done = table[table["status"] == "completed"]
-    numbers = measured(claim, done)
-    section = ClaimSection(
-        claim, f"{claim.y}: mean, std over seeds, count of completed jobs", numbers.reset_index(drop=True)
-    )
-    if done[claim.x].astype(str).nunique() > 1:
-        section.figures[CLAIM_PNG] = claim_figure(claim, done)
-    else:
-        section.notes.append(
-            f"one value of {claim.x} here: the figure needs a sweep over it (decpriv run -m experiment=...)"
-        )
+    caption = f"{claim.y}: mean, std over seeds, count of completed jobs"
+    figure, notes = _draw(claim, done, target)
+    section = ClaimSection(claim, caption, measured(claim, done), notes)
+    if figure is not None:
+        section.figures[CLAIM_PNG] = figure
     return section
 
 
-def _headline_section(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> ClaimSection:
+def _headline_section(
+    claim: Claim, table: pd.DataFrame, where: str, metrics: list[str], target: Path
+) -> ClaimSection:
     names = headline(claim, metrics)
     for name in names:
         _check_column("claim.metrics", name, table, where, metrics)
@@ -223,7 +275,7 @@ def claim_section(target: Path) -> ClaimSection | None:
         sweep = load_sweep(target)
         table, metrics, where = sweep.table, sweep.metrics, f"the summary rows of the sweep {target}"
     build = _figure_section if claim.has_figure else _headline_section
-    section = build(claim, table, where, metrics)
+    section = build(claim, table, where, metrics, target)
     if distinct > 1:
         section.notes.append(f"the jobs state {distinct} different claims: the first is shown")
     if (target / "run.json").is_file():
