@@ -22,6 +22,8 @@ QUADRATIC = [
     "adversary.nodes=[0]",
     "adversary.eavesdropper=true",
     "attack=pdmm_leak",
+    "protocol.z_std=0",  # plain PDMM unless a test perturbs the subspace
+    "protocol.tol=1e-12",  # exactness to 1e-10 needs solves well below it
 ]
 LOGISTIC = [
     "topology=random_geometric",
@@ -35,6 +37,8 @@ LOGISTIC = [
     "adversary.nodes=[0]",
     "adversary.eavesdropper=true",
     "attack=pdmm_leak",
+    "protocol.z_std=0",  # plain PDMM unless a test perturbs the subspace
+    "protocol.tol=1e-12",  # exactness to 1e-10 needs solves well below it
 ]
 
 

@@ -223,6 +223,7 @@ class PDMM(Protocol):
                 if t > 0:
                     row["local_residual"] = float(residuals[-1])
                 rows.append(row)
+                sim.guard(t, w)
             if t == self.rounds:
                 break
             # z_{i|j} sits on edge j -> i, whose receiver is i, and B_{i|j} = -B_{j|i}.
