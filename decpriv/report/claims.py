@@ -38,6 +38,7 @@ ATTACKERS = "adversary.nodes"
 KEYS = ("source", "statement", "figure", "metrics")
 FIGURE_KEYS = ("x", "y", "hue")
 MAX_HEADLINE = 8
+NETWORK_FACTS = ("nodes", "edges", "spectral_gap", "graph_tries")  # the graph's, whatever the claim
 OWN_PICTURES_SKIPPED = ("training",)  # loss/accuracy curves bear on no paper claim
 
 
@@ -192,18 +193,20 @@ def outcome_graph(claim: Claim, values: pd.Series, job: Path) -> Figure:
     return graph_figure(graph, [], {}, title, values=colours, value_label=claim.y)
 
 
-def headline(claim: Claim, metrics: list[str]) -> list[str]:
-    """Metrics that bear on a claim without a figure: those it names, else those its statement names,
-    else the run's headline metrics."""
+def headline(claim: Claim, metrics: list[str], training: set[str] = frozenset()) -> list[str]:
+    """Metrics that bear on a claim without a figure: those it names, else the columns its statement names
+    (words with an underscore: ``fraction_reconstructed``, not ``nodes``), else the run's headline metrics
+    less the training curves (``training``: history.csv's columns) and the network's facts."""
     if claim.metrics:
         return list(claim.metrics)
-    words = set(re.findall(r"[A-Za-z0-9_]+", claim.statement))
+    words = set(re.findall(r"[A-Za-z0-9.]*_[A-Za-z0-9_.]*", claim.statement))  # column-like, not "nodes"
     named = [m for m in metrics if m in words]
     if named:
         return named
     from decpriv.report.show import DETAIL  # show imports document, which imports this module
 
-    return [m for m in metrics if not DETAIL.search(m)][:MAX_HEADLINE]
+    shown = [m for m in metrics if not DETAIL.search(m) and m not in training and m not in NETWORK_FACTS]
+    return shown[:MAX_HEADLINE]
 
 
 def _draw(claim: Claim, done: pd.DataFrame, target: Path) -> tuple[Figure | None, list[str]]:
@@ -237,7 +240,12 @@ def _figure_section(
 def _headline_section(
     claim: Claim, table: pd.DataFrame, where: str, metrics: list[str], target: Path
 ) -> ClaimSection:
-    names = headline(claim, metrics)
+    history = next(
+        (f / "history.csv" for f in (target, *sorted(target.glob("*/"))) if (f / "history.csv").is_file()),
+        None,
+    )
+    training = set(pd.read_csv(history, nrows=0).columns) if history is not None else set()
+    names = headline(claim, metrics, training)
     for name in names:
         _check_column("claim.metrics", name, table, where, metrics)
     done = table[table["status"] == "completed"]
