@@ -2,7 +2,8 @@
 
 Everything lands in ``<folder>/report/``: ``aggregate.csv`` (tidy: configuration, metric, mean, std,
 count, failed), ``plots/*.png``, ``report.md`` (pictures linked) and ``report.html`` (pictures embedded
-as base64, so the one file opens in a browser without a server or the folder around it).
+as base64, so the one file opens in a browser without a server or the folder around it). When the config
+states a preset's ``claim``, both pages open with it beside the measured numbers (decpriv/report/claims.py).
 """
 
 import base64
