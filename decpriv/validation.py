@@ -149,6 +149,11 @@ def validate(cfg: DictConfig) -> None:
         raise bad("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
     if cfg.get("device") not in DEVICES:
         raise bad("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
+    claim = cfg.get("claim")
+    if claim is not None:  # read by `decpriv report`; its shape is checked now, its columns then
+        from decpriv.report.claims import parse_claim
+
+        parse_claim(OmegaConf.to_container(claim) if OmegaConf.is_config(claim) else claim)
     for group in PLUGIN_GROUPS:
         node = cfg.get(group)
         if node is not None:

@@ -258,3 +258,9 @@ def test_inversion_batches_claim(cli, tmp_path):
     section = _report_claim(tmp_path / "sw")
     assert section.table["mean"].tolist() == pytest.approx(psnr.mean().tolist())
     assert "plots/claim.png" in section.figures
+
+
+def test_malformed_claim_is_refused_before_the_run(cli, tmp_path):
+    proc = cli("run", "claim={source: S}", "hydra.run.dir=out")
+    assert proc.returncode == 2 and "claim.statement=None" in proc.stderr
+    assert not (tmp_path / "out").exists()
