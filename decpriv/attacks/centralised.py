@@ -9,6 +9,10 @@ one full-batch local step from the broadcast global model w, so the client's gra
 - ``idlg``: Zhao et al. 2020: DLG with the label read off the last layer's gradient.
 - ``inverting_gradients``: Geiping et al. 2020: cosine matching + total variation, signed Adam with step
   decay, box constraint to the data range, restarts keeping the best; labels inferred.
+
+With one sample per client and a fully connected first layer, ``analytic=true`` reads x off the gradient
+in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline for logistic regression,
+:mod:`decpriv.attacks.inversion.analytic`); it is exact and needs no label.
 """
 
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ import torch
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
+from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
 from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
@@ -42,6 +47,7 @@ class GradientInversion(Attack):
         self,
         victims: int = 1,
         batch_size: int | None = None,
+        analytic: bool = False,
         cost: str = "l2",
         optimiser: str = "lbfgs",
         iterations: int = 100,
@@ -61,7 +67,7 @@ class GradientInversion(Attack):
             raise bad(
                 "attack.batch_size", batch_size, "must be positive or null", "use the clients' set size"
             )
-        self.victims, self.batch_size = victims, batch_size
+        self.victims, self.batch_size, self.analytic = victims, batch_size, analytic
         self.config = InversionConfig(
             cost=cost,
             optimiser=optimiser,
@@ -101,13 +107,6 @@ class GradientInversion(Attack):
             raise bad(
                 "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
             )
-        if setup.dataset.task != "classification" or setup.model.loss_name != "cross_entropy":
-            raise bad(
-                "model",
-                setup.model.loss_name,
-                "inversion here targets classifiers",
-                "use model=mlp or softmax",
-            )
         clients = client_nodes(setup.network)
         if self.victims > len(clients):
             raise bad(
@@ -117,7 +116,9 @@ class GradientInversion(Attack):
                 f"use at most {len(clients)}",
             )
         if self.batch_size is None:
-            per_node = setup.cfg.get("partition", {}).get("per_node")
+            partition = setup.cfg.get("partition", {})
+            one = str(partition.get("_target_", "")).endswith("one_per_node")
+            per_node = 1 if one else partition.get("per_node")
             if per_node is None:
                 raise bad(
                     "attack.batch_size",
@@ -126,9 +127,29 @@ class GradientInversion(Attack):
                     "set partition.per_node or attack.batch_size",
                 )
             self.batch_size = int(per_node)
+        closed_form = self.closed_form(setup.model, setup.dataset.input_shape)
+        if self.analytic and not closed_form:
+            raise bad(
+                "attack.analytic",
+                True,
+                "the closed form needs one sample per client and a fully connected first layer with bias",
+                "set attack.analytic=false, or use partition=one_per_node with model=logistic, softmax or mlp",
+            )
+        if not self.analytic and (
+            setup.dataset.task != "classification" or setup.model.loss_name != "cross_entropy"
+        ):
+            raise bad(
+                "model",
+                setup.model.loss_name,
+                "optimisation-based inversion here targets softmax classifiers",
+                "use model=mlp or softmax, or attack.analytic=true for one-sample logistic regression",
+            )
         if self.config.box and setup.dataset.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
         self.seed = setup.seeds.seed(f"attack.{self.name}")
+
+    def closed_form(self, model, input_shape) -> bool:
+        return self.batch_size == 1 and first_layer_on_input(model, int(np.prod(input_shape)))
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
@@ -141,6 +162,13 @@ class GradientInversion(Attack):
         for v in victims:  # one optimisation per victim; restarts and label candidates are batched inside
             sent = view.transcript.sent_by(int(v))[first].to(initial.dtype)
             gradient = (initial - sent) / lr
+            if self.analytic:
+                x = analytic_inputs(view.model, gradient[None]).reshape(1, *spec.input_shape)
+                unknown = torch.full((1,), -1, dtype=torch.long)
+                inversions.append(
+                    Inversion(x, unknown, 0.0, torch.zeros(1), torch.zeros(1, 1), unknown[None])
+                )
+                continue
             inversions.append(
                 invert(
                     view.model,
@@ -172,10 +200,12 @@ class GradientInversion(Attack):
         )
         table = scored.table
         summary = {
+            "attack_method": "analytic" if self.analytic else self.config.optimiser,
             "attack_l2_error": float(table["l2_error"].mean()),
-            "attack_label_accuracy": float(table["label_correct"].mean()),
             "attack_objective": float(np.mean([inv.objective for inv in inversions])),
         }
+        if not self.analytic:
+            summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
         if image:
             # a perfect reconstruction has infinite PSNR; cap it so the mean stays a number

@@ -28,19 +28,21 @@ def _fmt(value: object) -> str:
 
 
 def print_headline(run: Path, console: Console) -> None:
-    """The run's headline metrics as a small table, then the folder."""
+    """The run's headline metrics as a small table, the attack's one-line verdict, then the folder."""
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     metrics = [key for key in meta.get("metrics", []) if key in summary]
-    shown = [key for key in metrics if not DETAIL.search(key)]
+    shown = [key for key in metrics if not DETAIL.search(key) and key != "verdict"]
     for key in shown:
         table.add_row(key, _fmt(summary[key]))
     if len(shown) < len(metrics):
         table.caption = f"{len(metrics) - len(shown)} more in summary.csv (decpriv show)"
     console.print(table)
+    if isinstance(summary.get("verdict"), str):
+        console.print(f"verdict: {summary['verdict']}", highlight=False)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)
 
 

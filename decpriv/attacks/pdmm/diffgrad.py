@@ -11,7 +11,8 @@ difference hides the label sign, Table 5.1), L-BFGS (30 iterations in the thesis
 random-normal restarts, the best objective kept. ``labels=auto`` enumerates while the label multisets fit
 in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need.
 With n_i = 1 and a fully connected first layer (logistic, softmax, MLP) the difference's first weight
-block is its bias block times x^T, so x follows in closed form (``analytic``: :func:`analytic_inputs`).
+block is its bias block times x^T, so x follows in closed form (``analytic``:
+:func:`decpriv.attacks.inversion.analytic.analytic_inputs`).
 Reconstructions are matched to the true batch optimally before scoring.
 """
 
@@ -23,6 +24,7 @@ import torch
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
+from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
 from decpriv.attacks.inversion.labels import label_multisets
 from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.attacks.pdmm.leak import (
@@ -46,34 +48,6 @@ class Reconstruction:
     objective: list[float]
     t_max: int
     method: str
-
-
-def first_layer_input(model, input_size: int) -> bool:
-    """Whether the first parameters are a fully connected layer on the flattened input, then its bias."""
-    shapes = model.shapes
-    return (
-        len(shapes) >= 2
-        and model.names[0].endswith("weight")
-        and model.names[1].endswith("bias")
-        and len(shapes[0]) == 2
-        and shapes[0][1] == input_size
-        and shapes[1] == (shapes[0][0],)
-    )
-
-
-def analytic_inputs(model, difference: torch.Tensor) -> torch.Tensor:
-    """(V, d) inputs of one-sample f_i from their leaked gradient differences (V, p), in closed form.
-
-    For a first layer z = W x + b, grad_W f = (grad_b f) x^T at any parameters, so the difference of two
-    such gradients is D_W = D_b x^T: every row of the weight part is the bias part's entry times x. Yu 2023
-    (Sec. 5.2) divides the two for logistic regression (one row); with h rows the least-squares solution
-    x = D_W^T D_b / ||D_b||^2 uses all of them (Phong et al. 2017 for a single gradient). It needs no
-    label (a difference hides it) and no model point, so the anchor error of Theorem 1.2 does not enter.
-    """
-    h, d = model.shapes[0]
-    weight = difference[:, : h * d].reshape(-1, h, d)
-    bias = difference[:, h * d : h * d + h]
-    return torch.einsum("vhd,vh->vd", weight, bias) / (bias * bias).sum(1, keepdim=True)
 
 
 LABELS = ("auto", "enumerate", "optimise")
@@ -169,7 +143,7 @@ class DiffGrad(Attack):
         k = self.round - 1
         target, start, end = leak.difference[k, victims], leak.start[k, victims], leak.end[k, victims]
         spec = view.data_spec
-        if self.analytic and batch == 1 and first_layer_input(view.model, int(np.prod(spec.input_shape))):
+        if self.analytic and batch == 1 and first_layer_on_input(view.model, int(np.prod(spec.input_shape))):
             x = analytic_inputs(view.model, target).reshape(len(victims), 1, *spec.input_shape)
             unknown = torch.full((1,), -1, dtype=torch.long)
             return Reconstruction(
