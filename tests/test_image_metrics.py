@@ -44,3 +44,17 @@ def test_relative_l2_by_hand():
     true = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     rec = torch.tensor([[3.0, 4.5], [0.0, 0.0]])
     assert torch.allclose(images.relative_l2(rec, true), torch.tensor([0.1, 1.0], dtype=torch.float64))
+
+
+def test_ssim_and_psnr_agree_with_torchmetrics():
+    from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
+
+    gen = torch.Generator().manual_seed(2)
+    for shape in [(5, 1, 8, 8), (3, 3, 32, 32), (2, 3, 12, 9)]:
+        x = torch.rand(*shape, generator=gen, dtype=torch.float64)
+        y = (x + 0.2 * torch.randn(*shape, generator=gen, dtype=torch.float64)).clamp(0, 1)
+        ours = images.ssim(y, x, (0.0, 1.0))
+        theirs = structural_similarity_index_measure(y, x, data_range=1.0, reduction="none")
+        assert torch.allclose(ours, theirs, atol=1e-12)
+        theirs = peak_signal_noise_ratio(y, x, data_range=(0.0, 1.0), reduction="none", dim=(1, 2, 3))
+        assert torch.allclose(images.psnr(y, x, (0.0, 1.0)), theirs.double(), atol=1e-5)

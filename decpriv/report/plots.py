@@ -11,7 +11,54 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+SPRING_LAYOUT_MAX = 200  # nodes; the spring layout costs O(n^2) per iteration (2.5 s at n = 500)
+GRAPH_FIGURE_MAX = 5000  # nodes; past this a drawing is a blot and the figure only says it was left out
+
+
+def radial_layout(graph: nx.Graph, roots: Sequence[int]) -> np.ndarray:
+    """(n, 2) positions in O(|roots| * edges): ring d holds the nodes at hop distance d from ``roots``
+    (unreachable nodes on the outermost ring); on each ring, nodes are ordered by the mean direction of
+    their neighbours on the ring inside, so edges between rings stay short."""
+    from scipy.sparse.csgraph import shortest_path
+
+    n = graph.number_of_nodes()
+    adjacency = nx.to_scipy_sparse_array(graph, nodelist=range(n), format="csr")
+    hops = shortest_path(adjacency, unweighted=True, directed=False, indices=np.asarray(roots, dtype=int))
+    hops = np.atleast_2d(hops).min(0)
+    finite = np.isfinite(hops)
+    ring = np.where(finite, hops, hops[finite].max() + 1).astype(int)
+    direction, spread = np.zeros((n, 2)), np.zeros(n)
+    for d in range(ring.max() + 1):
+        members = np.flatnonzero(ring == d)
+        if d == 0:
+            order = members
+        else:
+            pull = adjacency[members][:, ring == d - 1] @ direction[ring == d - 1]
+            order = members[np.argsort(np.arctan2(pull[:, 1], pull[:, 0]), kind="stable")]
+        angle = 2 * np.pi * (np.arange(len(order)) + 0.5) / len(order)
+        direction[order] = np.column_stack([np.cos(angle), np.sin(angle)])
+        if len(order) > 60:  # a golden-ratio spread across the band: an annulus, not overlapping dots
+            spread[order] = 0.7 * ((np.arange(len(order)) * 0.618034) % 1)
+    radius = ring + spread + (0.5 if len(roots) > 1 else 0.0)
+    return direction * radius[:, None]
+
+
+def graph_layout(graph: nx.Graph, roots: Sequence[int] | None = None) -> np.ndarray:
+    """(n, 2) node positions, row v for node v: the ``pos`` attribute when present (random geometric
+    graphs), a seeded spring layout up to ``SPRING_LAYOUT_MAX`` nodes, else :func:`radial_layout` around
+    ``roots`` (default: the node of highest degree)."""
+    n = graph.number_of_nodes()
+    pos = nx.get_node_attributes(graph, "pos")
+    if not pos and n <= SPRING_LAYOUT_MAX:
+        pos = nx.spring_layout(graph, seed=0)
+    if not pos:
+        if roots is None or len(roots) == 0:
+            roots = [max(range(n), key=graph.degree)]
+        return radial_layout(graph, roots)
+    return np.array([pos[v] for v in range(n)], dtype=float).reshape(-1, 2)
 
 
 def graph_figure(
@@ -21,39 +68,47 @@ def graph_figure(
     title: str = "",
     values: Sequence[float] | None = None,
     value_label: str = "",
+    roots: Sequence[int] | None = None,
 ) -> Figure:
     """The graph with each node coloured by its category (``palette``), or by ``values`` on a colour map.
 
-    Node positions: the ``pos`` attribute when present (random geometric graphs), else a seeded spring layout.
+    Nodes are 0..n-1 (row v of ``categories`` / ``values`` is node v); positions from :func:`graph_layout`
+    (rings of hop distance from ``roots`` above ``SPRING_LAYOUT_MAX`` nodes, said under the picture).
+    Above ``GRAPH_FIGURE_MAX`` nodes the figure holds only a note saying the graph was not drawn.
     """
-    pos = nx.get_node_attributes(graph, "pos") or nx.spring_layout(graph, seed=0)
     n = graph.number_of_nodes()
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    nx.draw_networkx_edges(graph, pos, ax=ax, alpha=0.35, width=0.8)
-    size = max(30, 3000 // max(n, 1))
-    if values is not None:
-        drawn = nx.draw_networkx_nodes(
-            graph, pos, ax=ax, node_size=size, node_color=list(values), cmap="viridis"
-        )
-        fig.colorbar(drawn, ax=ax, label=value_label)
-    else:
-        for category, colour in palette.items():
-            members = [v for v in graph.nodes if categories[v] == category]
-            if members:
-                nx.draw_networkx_nodes(
-                    graph,
-                    pos,
-                    nodelist=members,
-                    node_color=colour,
-                    ax=ax,
-                    node_size=size,
-                    label=f"{category} ({len(members)})",
-                )
-        ax.legend(loc="best", fontsize=8)
-    if n <= 40:
-        nx.draw_networkx_labels(graph, pos, ax=ax, font_size=7)
     ax.set_title(title)
     ax.axis("off")
+    if n > GRAPH_FIGURE_MAX:
+        ax.text(0.5, 0.5, f"graph of {n} nodes not drawn (above {GRAPH_FIGURE_MAX})", ha="center")
+        return fig
+    xy = graph_layout(graph, roots)
+    small = n <= SPRING_LAYOUT_MAX or bool(nx.get_node_attributes(graph, "pos"))
+    if not small:
+        where = "the attackers" if roots is not None and len(roots) else "the node of highest degree"
+        ax.text(
+            0.5, -0.02, f"ring d: nodes d hops from {where}", transform=ax.transAxes, ha="center", fontsize=8
+        )
+    edges = np.array(graph.edges, dtype=int).reshape(-1, 2)
+    alpha = 0.35 if n <= SPRING_LAYOUT_MAX else 0.06
+    ax.add_collection(LineCollection(xy[edges], colors="k", alpha=alpha, linewidths=0.8, zorder=1))
+    size = max(30, 3000 // max(n, 1)) if n <= SPRING_LAYOUT_MAX else 10
+    if values is not None:
+        drawn = ax.scatter(*xy.T, s=size, c=np.asarray(values, dtype=float), cmap="viridis", zorder=2)
+        fig.colorbar(drawn, ax=ax, label=value_label)
+    else:
+        labels = np.asarray(categories)
+        # the most common category first: a few red or purple dots stay visible on a big graph
+        for category, colour in sorted(palette.items(), key=lambda item: -(labels == item[0]).sum()):
+            members = labels == category
+            if members.any():
+                ax.scatter(*xy[members].T, s=size, c=colour, zorder=2, label=f"{category} ({members.sum()})")
+        ax.legend(loc="best", fontsize=8)
+    if n <= 40:
+        for v, (x, y) in enumerate(xy):
+            ax.text(x, y, str(v), fontsize=7, ha="center", va="center", zorder=3)
+    ax.autoscale_view()
     return fig
 
 

@@ -1,7 +1,8 @@
-"""Image quality of reconstructions: PSNR and SSIM (Wang et al. 2004, via torchmetrics), per image."""
+"""Image quality of reconstructions: PSNR and SSIM (Wang et al. 2004), per image."""
 
 import torch
-from torchmetrics.functional.image import structural_similarity_index_measure
+
+from decpriv.metrics import images
 
 
 def psnr(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, float]) -> torch.Tensor:
@@ -13,14 +14,5 @@ def psnr(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, f
 
 
 def ssim(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, float]) -> torch.Tensor:
-    """(k,) SSIM per image (k, C, H, W); the Gaussian window shrinks to fit small images (8x8 digits)."""
-    low, high = data_range
-    side = min(true.shape[-2:])
-    kernel = min(11, side - 1 if side % 2 == 0 else side)
-    return structural_similarity_index_measure(
-        recovered.clamp(low, high).double(),
-        true.double(),
-        data_range=high - low,
-        kernel_size=kernel,
-        reduction="none",
-    )
+    """(k,) SSIM per image (k, C, H, W), float64, recovery clipped to the data range."""
+    return images.ssim(recovered, true, data_range)

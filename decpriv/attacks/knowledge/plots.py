@@ -12,13 +12,15 @@ PALETTE = {"attacker": "tab:red", "reconstructed": "tab:purple", "other": "tab:g
 
 
 def outcome_graph(network: Network, table: pd.DataFrame, title: str) -> Figure:
-    """Attackers red, reconstructed purple, the rest green (the paper's colours)."""
+    """Attackers red, reconstructed purple, the rest green (the paper's colours); on big graphs, rings of
+    hop distance from the attackers."""
     categories = np.where(
         table.attacker.to_numpy(),
         "attacker",
         np.where(table.reconstructed.to_numpy(), "reconstructed", "other"),
     )
-    return graph_figure(network.graph, list(categories), PALETTE, title)
+    attackers = np.flatnonzero(table.attacker.to_numpy())
+    return graph_figure(network.graph, list(categories), PALETTE, title, roots=attackers)
 
 
 def reconstruction_grid(
