@@ -1,0 +1,102 @@
+"""The whole command, not only the kernel: what a user waits for.
+
+1. ``decpriv run protocol=gossip attack=knowledge_matrix`` on Erdos-Renyi graphs (p = 2 ln n / n, 2%
+   attackers, T = 20; digits images as private values, scored per node by PSNR/SSIM and drawn, up to
+   n = 1000; at n = 2000, which digits' 1347 training images cannot cover, 2-D Gaussian-class points): the whole process's wall time beside the phases that
+   run.json records (build, simulate, attack, evaluate, write), as ratios to the attack phase of the same
+   run, so a loaded machine slows numerator and denominator alike. Goals: whole <= 2x attack at n = 1000;
+   evaluate and write each below the attack.
+2. Start-up: ``decpriv run --cfg job`` (imports and composition) against a bare ``python -c "import torch"``,
+   best of 3 each, interleaved. Goal: <= 1.5x.
+3. Sweeps: a 16-job sweep of the default experiment (seed=range(16)), sequential launcher then
+   ``hydra/launcher=parallel`` back to back. Goal: >= 1.7x faster on 2 cores.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DECPRIV = [str(Path(sys.executable).with_name("decpriv"))]  # the console script a user types
+SIZES = (100, 500, 1000, 2000)
+STEPS = 20
+DIGITS_MAX = 1000  # nodes; one training image each
+ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def timed(command: list[str]) -> float:
+    begin = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    return time.perf_counter() - begin
+
+
+def knowledge_run(n: int, folder: Path) -> tuple[float, dict[str, float]]:
+    """(whole-process seconds, run.json's wall_seconds) of one knowledge-matrix run on ER(n, 2 ln n / n)."""
+    command = [
+        *DECPRIV,
+        "run",
+        "protocol=gossip",
+        "attack=knowledge_matrix",
+        "topology=erdos_renyi",
+        f"topology.n={n}",
+        f"topology.p={2 * math.log(n) / n:.6f}",
+        f"adversary.count={max(1, n // 50)}",
+        f"protocol.rounds={STEPS}",
+        f"hydra.run.dir={folder}",
+        *([] if n <= DIGITS_MAX else ["data=gaussian_classes", f"data.size={2 * n}"]),
+    ]
+    whole = timed(command)
+    return whole, json.loads((folder / "run.json").read_text())["wall_seconds"]
+
+
+def end_to_end(root: Path) -> None:
+    print(f"knowledge matrix on gossip, ER p = 2 ln n / n, 2% attackers, T = {STEPS} (seconds; x = / attack)")
+    print(
+        f"{'n':>5} {'attack':>7} {'evaluate':>9} {'write':>7} {'phases':>7} {'whole':>7}   whole/eval/write x attack"
+    )
+    for n in SIZES:
+        whole, phases = knowledge_run(n, root / f"er{n}")
+        attack = phases["attack"]
+        data = "digits" if n <= DIGITS_MAX else "gaussian"
+        print(
+            f"{n:>5} {data:>8} {attack:>7.2f} {phases['evaluate']:>9.2f} {phases['write']:>7.2f} {phases['total']:>7.2f}"
+            f" {whole:>7.2f}   {whole / attack:.1f}x / {phases['evaluate'] / attack:.2f}x / {phases['write'] / attack:.2f}x",
+            flush=True,
+        )
+
+
+def start_up() -> None:
+    torch_times, job_times = [], []
+    for _ in range(3):
+        torch_times.append(timed([sys.executable, "-c", "import torch"]))
+        job_times.append(timed([*DECPRIV, "run", "--cfg", "job"]))
+    bare, job = min(torch_times), min(job_times)
+    print(f"start-up: import torch {bare:.2f} s, decpriv run --cfg job {job:.2f} s ({job / bare:.2f}x)")
+
+
+def sweep(root: Path) -> None:
+    base = [*DECPRIV, "run", "-m", "seed=range(16)"]
+    sequential = timed([*base, f"hydra.sweep.dir={root / 'sequential'}"])
+    parallel = timed([*base, "hydra/launcher=parallel", f"hydra.sweep.dir={root / 'parallel'}"])
+    print(
+        f"16-job sweep of the default experiment on {os.cpu_count()} cores: sequential {sequential:.1f} s,"
+        f" parallel {parallel:.1f} s ({sequential / parallel:.2f}x)"
+    )
+
+
+def main() -> None:
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        start_up()
+        end_to_end(root)
+        sweep(root)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
