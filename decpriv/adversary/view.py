@@ -39,3 +39,6 @@ class View:
     own_y: torch.Tensor
     own_mask: torch.Tensor
     public: dict[str, Any] = field(default_factory=dict)  # e.g. the common initial model when it is public
+    # ground truth, handed over only to an attack whose ``oracle`` flag is set (a paper's shortcut, marked
+    # ``attack_oracle`` in summary.csv); None for every honest attack
+    oracle: Any = None

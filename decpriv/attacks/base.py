@@ -13,6 +13,7 @@ from decpriv.truth import Truth
 class Attack(ABC):
     name = "attack"
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
+    oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
 
     def check(self, setup: Setup) -> None:
         """Refuse configurations the attack does not apply to (raise ConfigError), before any computation."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from torch.func import grad, vmap
 
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
@@ -50,6 +51,18 @@ class Reconstruction:
     method: str
 
 
+def true_difference(view: View, victims: np.ndarray, t: int) -> tuple[torch.Tensor, ...]:
+    """The oracle of the authors' released attack script: D^t computed from the victims' true data at
+    their true models w^t, w^{t+2} (``attack.oracle=true``; needs the ground truth in ``view.oracle``)."""
+    truth = view.oracle
+    models = truth.extras["models"].to(torch.float64)[:, victims]
+    local = truth.local.astype(torch.float64)
+    x, y, mask = local.x[victims], local.y[victims], local.mask[victims].to(torch.float64)
+    gradient = vmap(grad(view.model.loss))
+    start, end = models[t], models[t + 2]
+    return gradient(start, x, y, mask) - gradient(end, x, y, mask), start, end
+
+
 LABELS = ("auto", "enumerate", "optimise")
 
 
@@ -74,6 +87,7 @@ class DiffGrad(Attack):
         theta: float | None = None,
         alpha: float | None = None,
         mu: float | None = None,
+        oracle: bool = False,
     ):
         check_assumptions(update, form, theta, "attack")
         if labels not in LABELS:
@@ -89,6 +103,7 @@ class DiffGrad(Attack):
         self.victims, self.round, self.t_max, self.batch_size = victims, round, t_max, batch_size
         self.analytic, self.form, self.update, self.labels = analytic, form, update, labels
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
+        self.oracle = oracle
         self.config = InversionConfig(
             cost="l2",
             optimiser="lbfgs",
@@ -142,6 +157,8 @@ class DiffGrad(Attack):
         batch = self.batch_size or int(view.own_mask[0].sum())
         k = self.round - 1
         target, start, end = leak.difference[k, victims], leak.start[k, victims], leak.end[k, victims]
+        if self.oracle:
+            target, start, end = true_difference(view, victims, self.round)
         spec = view.data_spec
         if self.analytic and batch == 1 and first_layer_on_input(view.model, int(np.prod(spec.input_shape))):
             x = analytic_inputs(view.model, target).reshape(len(victims), 1, *spec.input_shape)
@@ -179,6 +196,7 @@ class DiffGrad(Attack):
         table = scored.table
         summary = {
             "attack_method": findings.method,
+            "attack_oracle": self.oracle,
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
             "attack_labels": self.config.labels if findings.method != "analytic" else "analytic",
@@ -190,6 +208,8 @@ class DiffGrad(Attack):
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
         how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {self.config.labels}"
+        if self.oracle:
+            how += "; ORACLE: target from the true data, not the messages"
         recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
         if is_image:
             # an exact recovery has infinite PSNR: capped at 100 dB so a mean stays finite
