@@ -56,7 +56,7 @@ def knowledge_run(n: int, folder: Path) -> tuple[float, dict[str, float]]:
 def end_to_end(root: Path) -> None:
     print(f"knowledge matrix on gossip, ER p = 2 ln n / n, 2% attackers, T = {STEPS} (seconds; x = / attack)")
     print(
-        f"{'n':>5} {'attack':>7} {'evaluate':>9} {'write':>7} {'phases':>7} {'whole':>7}   whole/eval/write x attack"
+        f"{'n':>5} {'data':>8} {'attack':>7} {'evaluate':>9} {'write':>7} {'phases':>7} {'whole':>7}   whole/eval/write x attack"
     )
     for n in SIZES:
         whole, phases = knowledge_run(n, root / f"er{n}")
