@@ -2,6 +2,7 @@
 resume, the runs index; plus a hand-made sweep whose statistics are solved by hand."""
 
 import io
+import shutil
 import json
 import math
 import re
@@ -246,15 +247,14 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(sweep))
     assert code == 0
     other = tmp_path / "other"
-    other.mkdir()
-    (other / "multirun.yaml").write_bytes((sweep / "multirun.yaml").read_bytes())
+    shutil.copytree(sweep, other)  # a sweep folder (job folders with run.json), its summary edited below
     changed = rebuilt.copy()
-    changed.loc[1, "mean_psnr"] += 1.0
+    changed.loc[1, "median_psnr"] += 1.0
     changed.to_csv(other / "summary.csv", index=False)
     code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(other))
     diff = pd.read_csv(io.StringIO(out))
     assert code == 1 and list(diff.change) == ["changed"]
-    assert diff.key[0] == "adversary.nodes=[1]" and diff.column[0] == "mean_psnr"
+    assert diff.key[0] == "adversary.nodes=[1]" and diff.column[0] == "median_psnr"
 
 
 def test_aggregate_orders_list_valued_keys_by_number_and_averages_seeds():

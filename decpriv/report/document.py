@@ -7,10 +7,12 @@ states a preset's ``claim``, both pages open with it beside the measured numbers
 """
 
 import base64
+import numbers
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -78,7 +80,14 @@ def run_document(path: Path) -> Document:
     meta = read_status(path)
     summary = read_table(path / "summary.csv").iloc[0]
     metrics = [m for m in meta.get("metrics", []) if m in summary]
-    table = pd.DataFrame({"metric": metrics, "value": [summary[m] for m in metrics]})
+    values = [summary[m] for m in metrics]
+    # numbers stay numbers in aggregate.csv; flags count as 0/1 and words (verdict, method) get their own column
+    numeric = [
+        int(v) if isinstance(v, bool | np.bool_) else v if isinstance(v, numbers.Real) else None
+        for v in values
+    ]
+    words = [None if n is not None else v for v, n in zip(values, numeric, strict=True)]
+    table = pd.DataFrame({"metric": metrics, "value": pd.array(numeric, dtype="Float64"), "text": words})
     facts = [
         f"status: {meta.get('status', '?')}",
         f"seed: {meta.get('seed')}, config digest: {meta.get('config_digest')}",
