@@ -2,10 +2,10 @@
 resume, the runs index; plus a hand-made sweep whose statistics are solved by hand."""
 
 import io
-import shutil
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import matplotlib.image as mpimg

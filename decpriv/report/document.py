@@ -7,8 +7,8 @@ states a preset's ``claim``, both pages open with it beside the measured numbers
 """
 
 import base64
-import numbers
 import html
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
