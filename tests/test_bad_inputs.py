@@ -158,9 +158,10 @@ def test_claimed_folders_are_unique_across_threads(tmp_path):
     assert len(set(found)) == 8 and base in found and base.with_name("12-00-00-8") in found
 
 
-def _forked(target, *args) -> multiprocessing.Process:
-    """A child process forked from this one: it starts at once, with decpriv already imported."""
-    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+def _forked(target, *args, method: str = "fork") -> multiprocessing.Process:
+    """A child process of this one. Runs that train are spawned: a forked child of a process whose torch
+    already ran OpenMP threads can deadlock in its first parallel region (as under pytest-xdist)."""
+    child = multiprocessing.get_context(method).Process(target=target, args=args)
     child.start()
     return child
 
@@ -190,7 +191,7 @@ def test_two_runs_at_once_keep_both_results_and_a_killed_run_reads_as_interrupte
 ):
     """Two runs started in the same instant from one folder, and a process killed outright (SIGKILL)."""
     monkeypatch.chdir(tmp_path)
-    pair = [_forked(_cli_child, ["run", *ROUNDS], tmp_path / f"out{k}.txt") for k in range(2)]
+    pair = [_forked(_cli_child, ["run", *ROUNDS], tmp_path / f"out{k}.txt", method="spawn") for k in range(2)]
     killed = _forked(_killed_child, tmp_path / "killed")
     for child in pair:
         child.join(timeout=300)
