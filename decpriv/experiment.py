@@ -1,4 +1,4 @@
-"""One run, top to bottom (DESIGN.md): build -> simulate -> attack -> evaluate -> account -> write.
+"""One run, top to bottom (docs/ARCHITECTURE.md): build -> simulate -> attack -> evaluate -> account -> write.
 
 Nothing before ``write`` touches the disk except run.json's ``running`` marker. Callers run
 :func:`precheck` (the whole build, no training) before they create the run folder, so a refused config

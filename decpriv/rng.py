@@ -1,4 +1,4 @@
-"""Named random streams derived from one root seed (DESIGN.md, "Randomness").
+"""Named random streams derived from one root seed (docs/ARCHITECTURE.md, "Rules").
 
 Every consumer (data, graph, init, per-node noise, attack restarts, ...) asks for its own stream by name,
 so adding a consumer never shifts the numbers another one draws.

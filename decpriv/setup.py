@@ -1,4 +1,4 @@
-"""Everything built from the config before the simulation starts (pipeline step 1, DESIGN.md)."""
+"""Everything built from the config before the simulation starts (pipeline step 1, docs/ARCHITECTURE.md)."""
 
 from dataclasses import dataclass
 from typing import Any

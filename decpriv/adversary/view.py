@@ -1,4 +1,4 @@
-"""The View: everything an attack may use, and nothing else (DESIGN.md, step 3).
+"""The View: everything an attack may use, and nothing else (docs/ARCHITECTURE.md, pipeline step 3).
 
 It holds public knowledge (graph, W, model architecture, declared hyperparameters, data shape), the
 messages the adversary recorded, and the corrupt nodes' own data. Private data of honest nodes, true

@@ -1,4 +1,4 @@
-"""DECOR: D-SGD with pairwise-cancelling correlated noise (Allouah et al. 2024, Alg. 1; specs/decor-secldp.md 1).
+"""DECOR: D-SGD with pairwise-cancelling correlated noise (Allouah et al., ICML 2024, Alg. 1).
 
 Every round, node i sends x_i - eta (Clip(g_i; C) + vbar_i + sum_{j in N_i} v_ij) with private noise
 vbar_i ~ N(0, sigma_cdp^2 I) and, for each edge {i, j} (i < j), u_ij ~ N(0, sigma_cor^2 I) drawn from the

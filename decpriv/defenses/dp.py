@@ -1,8 +1,8 @@
 """Gaussian-mechanism defenses on the local gradient: DP-SGD (example level), LDP and CDP (user level).
 
-- ``dpsgd`` (Abadi et al. 2016, Alg. 1; papers/003 slides): per-example gradients (vmap), each clipped to
+- ``dpsgd`` (Abadi et al., CCS 2016, Alg. 1): per-example gradients (vmap), each clipped to
   norm C, summed, N(0, sigma^2 C^2 I) added to the sum, divided by the batch size (Abadi's form).
-- ``ldp`` (DECOR baseline, specs/decor-secldp.md 2): the node's whole batch gradient clipped to C
+- ``ldp`` (the LDP baseline of Allouah et al., ICML 2024, Sec. 5): the node's whole batch gradient clipped to C
   (user-level privacy) plus N(0, sigma^2 C^2 I), so every message is locally private.
 - ``cdp`` (central baseline): same clipping, noise N(0, sigma^2 C^2 / n) per node, and nodes combine by
   the exact average (W = 11^T/n, a trusted aggregator, whatever the topology): the average carries the

@@ -1,4 +1,4 @@
-"""SecLDP / SecRDP accounting of DECOR (Allouah et al. 2024, Sec. 4, Theorem 1; specs/decor-secldp.md 3).
+"""SecLDP / SecRDP accounting of DECOR (Allouah et al., ICML 2024, Sec. 4, Theorem 1).
 
 Per step, the messages of the honest set H carry noise of covariance
 Sigma_H = sigma_cdp^2 I + sigma_cor^2 L_H (L_H: Laplacian of the induced subgraph G[H]); with user-level

@@ -3,7 +3,7 @@ CDP baselines under a threat model, with calibration of the noise to a target ep
 
 Threats: ``eavesdropper`` (sees every message, H = V), ``curious`` (each single user j, H = V \\ {j}, worst
 j), ``collusion`` (every coalition of ``collusion`` users, worst one). Baselines use the same conversion so
-a sweep compares the three at equal nominal epsilon (specs/decor-secldp.md 3): LDP has slope 2 / sigma^2,
+a sweep compares the three at equal nominal epsilon (Allouah et al., ICML 2024, Sec. 4): LDP has slope 2 / sigma^2,
 CDP protects the average with the LDP run's sigma.
 """
 

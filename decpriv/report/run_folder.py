@@ -1,4 +1,4 @@
-"""The run folder (DESIGN.md, "Run folder"): run.json status, tidy CSV tables, PNG pictures.
+"""The run folder (README, "The run folder"): run.json status, tidy CSV tables, PNG pictures.
 
 Tables are written atomically (temporary file + rename) and only after every computation has finished;
 a failure while writing removes the tables already written, so none looks complete beside a failed
