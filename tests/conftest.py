@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,3 +33,21 @@ def cli(tmp_path):
         return run_cli(*args, cwd=tmp_path, check=check)
 
     return call
+
+
+def explicit_view_matrix(W: np.ndarray, A: np.ndarray, K: int, T: int, v: int) -> np.ndarray:
+    """Observer v's view of Muffliato-SGD as an explicit matrix G (rows: what v and its neighbours send at
+    every round t and gossip step k; columns: every node's private contribution of every round r <= t),
+    built entry by entry from powers of W: the dense reference the accountants are checked against."""
+    n = len(W)
+    powers = [np.linalg.matrix_power(W, j) for j in range(K * T)]
+    hood = [v, *np.flatnonzero(A[v])]
+    G = np.zeros((T * K * len(hood), n * T))
+    row = 0
+    for t in range(T):
+        for k in range(K):
+            for w in hood:
+                for r in range(t + 1):
+                    G[row, r * n : (r + 1) * n] = powers[K * (t - r) + k][w]
+                row += 1
+    return G

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import networkx as nx
 import numpy as np
 import pytest
+from conftest import explicit_view_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from decpriv.errors import ConfigError
@@ -23,18 +24,9 @@ from decpriv.privacy.network_dp import NetworkDPAccountant
 def dense_view_quadratic(W: np.ndarray, A: np.ndarray, K: int, T: int) -> np.ndarray:
     """Q[v, u] (T x T) from the explicit view matrix of each observer, pair by pair."""
     n = len(W)
-    powers = [np.linalg.matrix_power(W, j) for j in range(K * T)]
     Q = np.zeros((n, n, T, T))
     for v in range(n):
-        hood = [v, *np.flatnonzero(A[v])]
-        G = np.zeros((T * K * len(hood), n * T))
-        row = 0
-        for t in range(T):
-            for k in range(K):
-                for w in hood:
-                    for r in range(t + 1):
-                        G[row, r * n : (r + 1) * n] = powers[K * (t - r) + k][w]
-                    row += 1
+        G = explicit_view_matrix(W, A, K, T, v)
         projector = G.T @ np.linalg.pinv(G @ G.T, rcond=1e-12, hermitian=True) @ G
         for u in range(n):
             idx = np.arange(T) * n + u

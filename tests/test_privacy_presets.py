@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import explicit_view_matrix
 
 from decpriv import experiment
 from decpriv.api import compose_config, run
@@ -19,18 +20,9 @@ def dense_equal_contribution(W: np.ndarray, A: np.ndarray, K: int, T: int) -> np
     """(u, v): 1^T Q_uv 1 from v's explicit view matrix (the loss of equal contributions every round, a
     lower bound of the worst case), in units of the per-round local-DP level."""
     n = len(W)
-    powers = [np.linalg.matrix_power(W, j) for j in range(K * T)]
     out = np.zeros((n, n))
     for v in range(n):
-        hood = [v, *np.flatnonzero(A[v])]
-        G = np.zeros((T * K * len(hood), n * T))
-        row = 0
-        for t in range(T):
-            for k in range(K):
-                for w in hood:
-                    for r in range(t + 1):
-                        G[row, r * n : (r + 1) * n] = powers[K * (t - r) + k][w]
-                    row += 1
+        G = explicit_view_matrix(W, A, K, T, v)
         for u in range(n):
             if u != v:
                 signal = G[:, u::n].sum(1)  # the same unit contribution of u in every round

@@ -89,6 +89,19 @@ def full_local_steps(view: View, truth: Truth, recovered: Recovered, lr: float) 
     return lr * vmap(grad(view.model.loss))(recovered.bases, x, y, mask)
 
 
+def check_single_sgd_step(proto, invert: int) -> None:
+    """Inverting a recovered update needs it to be lr x one minibatch gradient: one plain SGD step a round."""
+    if invert and (
+        proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None
+    ):
+        raise bad(
+            "attack.invert",
+            invert,
+            "inversion needs one plain minibatch SGD step a round (the step is then lr x a batch gradient)",
+            "use protocol.momentum=0 weight_decay=0 local_steps=1 and a batch_size, or attack.invert=0",
+        )
+
+
 class GradientRecovery(Attack):
     """Recover neighbours' local steps from system knowledge; score them against the true local gradient."""
 
@@ -128,15 +141,7 @@ class GradientRecovery(Attack):
             )
 
         proto = setup.protocol
-        if self.invert and (
-            proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None
-        ):
-            raise bad(
-                "attack.invert",
-                self.invert,
-                "inversion needs one plain minibatch SGD step a round (the step is then lr x a batch gradient)",
-                "use protocol.momentum=0 weight_decay=0 local_steps=1 and a batch_size, or attack.invert=0",
-            )
+        check_single_sgd_step(proto, self.invert)
         self.generator = setup.seeds.torch("attack.inversion")
 
     def run(self, view: View) -> Recovered:

@@ -25,7 +25,7 @@ from decpriv.adversary.recorder import Transcript
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
-from decpriv.attacks.p2p.gradient_recovery import Recovered, score_images
+from decpriv.attacks.p2p.gradient_recovery import Recovered, check_single_sgd_step, score_images
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbourhood import updates
 from decpriv.attacks.p2p.scores import SCORES
@@ -183,15 +183,7 @@ class SybilEvasion(Attack):
                 "membership inference needs a classification test set",
                 "use e.g. data=digits",
             )
-        if self.invert and (
-            proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None
-        ):
-            raise bad(
-                "attack.invert",
-                self.invert,
-                "inversion needs one plain minibatch SGD step a round (the step is then lr x a batch gradient)",
-                "use protocol.momentum=0 weight_decay=0 local_steps=1 and a batch_size, or attack.invert=0",
-            )
+        check_single_sgd_step(proto, self.invert)
         self.pair, self.seeds = pair, setup.seeds
         self.generator = setup.seeds.torch("attack.inversion")
 
