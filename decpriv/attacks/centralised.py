@@ -116,17 +116,16 @@ class GradientInversion(Attack):
                 f"use at most {len(clients)}",
             )
         if self.batch_size is None:
-            partition = setup.cfg.get("partition", {})
-            one = str(partition.get("_target_", "")).endswith("one_per_node")
-            per_node = 1 if one else partition.get("per_node")
-            if per_node is None:
+            # FedAvg weighs clients by n_i, so the server knows the local set sizes
+            sizes = np.unique(np.asarray(setup.local.counts))
+            if len(sizes) != 1:
                 raise bad(
                     "attack.batch_size",
                     None,
-                    "the clients' batch size is not declared",
+                    f"the clients hold different numbers of samples ({sizes.min()}..{sizes.max()})",
                     "set partition.per_node or attack.batch_size",
                 )
-            self.batch_size = int(per_node)
+            self.batch_size = int(sizes[0])
         closed_form = self.closed_form(setup.model, setup.dataset.input_shape)
         if self.analytic and not closed_form:
             raise bad(
