@@ -347,7 +347,7 @@ def _report(rest: list[str]) -> int:
     parser.add_argument("target", type=Path, help="a sweep folder (job folders inside) or a run folder")
     ns = parser.parse_args(rest)
     from decpriv.report.document import report
-    from decpriv.report.show import print_frame
+    from decpriv.report.text import print_frame
 
     doc, out = report(ns.target)
     console.print(f"[bold]{doc.title}[/]  " + "; ".join(doc.facts), highlight=False)
@@ -374,9 +374,8 @@ def _runs(rest: list[str]) -> int:
     parser.add_argument("--root", type=Path, default=Path("runs"), help="folder to search (default ./runs)")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     ns = parser.parse_args(rest)
-    from decpriv.report.document import markdown_table
     from decpriv.report.runs_index import index, parse_filters
-    from decpriv.report.show import print_frame
+    from decpriv.report.text import markdown_table, print_frame
 
     table = index(ns.root, parse_filters(ns.filters))
     if ns.format == "csv":

@@ -23,7 +23,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import DataSpec, View
-from decpriv.attacks.base import Attack
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
@@ -92,7 +91,7 @@ def build(cfg: DictConfig) -> Setup:
         network = Network.build(adversary.graph, make(cfg.gossip_matrix))
     with blamed("attack"):
         attack = make(cfg.attack) if cfg.get("attack") else None
-    accountant = make(cfg.accountant) if cfg.get("accountant") else defense.accountant()
+    accountant = make(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
     setup = Setup(
         cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
     )
@@ -106,6 +105,13 @@ def build(cfg: DictConfig) -> Setup:
     return setup
 
 
+def default_accountant(defense: Defense) -> Any:
+    """The accountant option the defense names (``Defense.accountant``), built from its packaged yaml."""
+    if defense.accountant is None:
+        return None
+    return make(OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml"))
+
+
 def _check_attack(setup: Setup) -> None:
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
     if attack.needs_adversary and not adversary.present:
@@ -115,14 +121,22 @@ def _check_attack(setup: Setup) -> None:
             f"attack={attack.name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
-    forges = type(attack).behaviour is not Attack.behaviour
-    if forges and type(defense).aggregate is not Defense.aggregate:
+    if attack.active and defense.own_aggregation:
         raise bad(
             "defense",
             defense.name,
             f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
             "replaces by its own aggregation rule",
             "drop the defense or use a passive attack",
+        )
+    if attack.active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
+        raise bad(
+            "defense",
+            defense.name,
+            f"attack={attack.name} must cancel the victim's neighbours' individual updates, which secure "
+            "aggregation hides from every single node",
+            "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
+            "adversary.sybils=<victim>)",
         )
     attack.check(setup)
 

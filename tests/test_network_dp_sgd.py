@@ -14,6 +14,8 @@ import pytest
 from conftest import explicit_view_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from decpriv.defenses.dp import LocalDP
+from decpriv.defenses.muffliato import Muffliato
 from decpriv.errors import ConfigError
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
@@ -72,7 +74,7 @@ def test_whole_view_matches_dense_projector_and_never_reports_below_it(graph, K,
 def sgd_setup(graph: nx.Graph, rounds: int, gossip_steps: int, sigma: float):
     network = Network.build(graph, metropolis_hastings)
     protocol = SimpleNamespace(name="dsgd", rounds=rounds, gossip_steps=gossip_steps, local_steps=1)
-    return SimpleNamespace(network=network, protocol=protocol, defense=SimpleNamespace(sigma=sigma))
+    return SimpleNamespace(network=network, protocol=protocol, defense=LocalDP(sigma=sigma))
 
 
 def test_three_node_path_far_end_sees_round_one_through_round_two_gossip():
@@ -125,7 +127,7 @@ def test_gossip_view_is_exact_leverage_and_acceleration_does_not_change_it():
     np.testing.assert_allclose(F, dense, atol=1e-10)
     assert exact.all()
     gossip = SimpleNamespace(name="gossip", rounds=3, accelerated=True)
-    setup = SimpleNamespace(network=net, protocol=gossip, defense=SimpleNamespace(sigma=1.0))
+    setup = SimpleNamespace(network=net, protocol=gossip, defense=Muffliato(sigma=1.0))
     table = NetworkDPAccountant().account(setup).tables["privacy"]
     np.testing.assert_allclose(table.epsilon_rdp, 20.0 * F[table.source, table.observer], atol=1e-9)
 

@@ -12,6 +12,7 @@ from decpriv.truth import Truth
 
 class Attack(ABC):
     name = "attack"
+    active = False  # true for attacks that forge messages: behaviour() then returns the forgery
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
     oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
 

@@ -1,15 +1,57 @@
-"""The defense interface protocols call. ``none`` is the identity."""
+"""The defense interface protocols call. ``none`` is the identity.
 
-from typing import TYPE_CHECKING, Any
+A defense describes what it adds (:class:`Mechanism`) and names the accountant option that accounts it;
+accountants read that description and never import a defense, so the two packages do not import each other.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from decpriv.models.functional import FunctionalModel
 
 if TYPE_CHECKING:
+    from decpriv.adversary.adversary import Adversary
     from decpriv.adversary.recorder import Recorder
-    from decpriv.privacy.base import Accountant
-    from decpriv.setup import Setup
+    from decpriv.graphs.network import Network
+    from decpriv.rng import Seeds
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The noise a defense adds, as accountants read it.
+
+    ``on``: ``"gradients"`` (every local gradient step) or ``"values"`` (once, on the value then gossiped,
+    Muffliato). ``sigma`` is the noise multiplier (std / ``clip``), None until an accountant calibrates it for
+    ``target``. ``level``: ``"example"`` (per-example clipping on Poisson-sampled batches, DP-SGD) or
+    ``"user"`` (the node's whole gradient clipped). ``central``: nodes combine by the exact average, the
+    per-node std being divided by sqrt(n). ``correlated``: pairwise-cancelling noise is added on top (DECOR).
+    """
+
+    on: str
+    clip: float
+    sigma: float | None
+    level: str = "user"
+    central: bool = False
+    correlated: bool = False
+    target: float | None = None
+
+    @property
+    def local_gaussian(self) -> bool:
+        """Plain user-level LDP noise on each gradient: every message is private on its own."""
+        return self.on == "gradients" and self.level == "user" and not self.central and not self.correlated
+
+
+class Built(Protocol):
+    """What :meth:`Defense.bind` may read from the built experiment (``decpriv.setup.Setup`` has it)."""
+
+    network: "Network"
+    adversary: "Adversary"
+    protocol: Any
+    model: FunctionalModel
+    seeds: "Seeds"
+    device: torch.device
 
 
 class Defense:
@@ -20,8 +62,11 @@ class Defense:
     """
 
     name = "none"
+    accountant: str | None = None  # the ``accountant`` option used when none is set (conf/accountant/<name>)
+    own_aggregation = False  # replaces the plain gossip average W x (robust rules, the CDP baseline)
+    hides_updates = False  # no single node sees an individual update (secure aggregation)
 
-    def bind(self, setup: "Setup") -> None:
+    def bind(self, setup: Built) -> None:
         """Take what the defense needs from the built setup (edges, random streams) before the run."""
 
     def gradients(
@@ -69,8 +114,8 @@ class Defense:
         w = weights[chosen]
         return (w[:, None] * updates[chosen]).sum(0) / w.sum()
 
-    def accountant(self) -> "Accountant | None":
-        """The accountant used when ``accountant`` is not set (none for an undefended run)."""
+    def mechanism(self) -> Mechanism | None:
+        """The noise this defense adds, for accountants (None: nothing to account)."""
         return None
 
     def summary(self) -> dict[str, Any]:

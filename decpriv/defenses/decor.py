@@ -15,24 +15,21 @@ The network is needed for the edge list: :meth:`bind` takes it from the built se
 (the default for this defense) binds it in its ``check``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Built, Defense, Mechanism
 from decpriv.defenses.dp import clip_rows
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
-
-if TYPE_CHECKING:
-    from decpriv.privacy.base import Accountant
-    from decpriv.setup import Setup
 
 
 class Decor(Defense):
     """User-level clipping + private noise sigma_cdp + pairwise-cancelling correlated noise sigma_cor."""
 
     name = "decor"
+    accountant = "secldp"
 
     def __init__(
         self,
@@ -72,7 +69,7 @@ class Decor(Defense):
         self._edges: torch.Tensor | None = None
         self._pairs: torch.Generator | None = None
 
-    def bind(self, setup: "Setup") -> None:
+    def bind(self, setup: Built) -> None:
         """Take the edge list and the pairs' stream from the built setup (before the simulation)."""
         self._edges = torch.as_tensor(setup.network.edges, device=setup.device)
         self._pairs = setup.seeds.torch("defense.decor_pairs", setup.device)
@@ -104,10 +101,9 @@ class Decor(Defense):
         private = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
         return g + self.sigma_cdp * private + self.correlated(g.shape[0], g.shape[1], g.dtype)
 
-    def accountant(self) -> "Accountant":
-        from decpriv.privacy.secldp_accountant import SecLDPAccountant
-
-        return SecLDPAccountant()
+    def mechanism(self) -> Mechanism:
+        sigma = None if self.sigma_cdp is None else self.sigma_cdp / self.clip
+        return Mechanism("gradients", self.clip, sigma, correlated=True, target=self.epsilon)
 
     def summary(self) -> dict[str, Any]:
         return {

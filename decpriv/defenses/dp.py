@@ -12,16 +12,13 @@
 sigma before the run (target (epsilon, accountant.delta) over all local steps; it replaces ``sigma``).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Defense, Mechanism
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
-
-if TYPE_CHECKING:
-    from decpriv.privacy.base import Accountant
 
 
 def clip_rows(g: torch.Tensor, clip: float) -> torch.Tensor:
@@ -52,6 +49,7 @@ class GaussianDefense(Defense):
     """Clip, then add Gaussian noise of std ``sigma * clip * noise_scale(n)`` to each node's gradient."""
 
     level = "user"
+    accountant = "rdp"
 
     def __init__(self, clip: float = 1.0, sigma: float | None = 1.0, epsilon: float | None = None):
         check_clip_and_noise(clip, sigma, epsilon)
@@ -92,10 +90,8 @@ class GaussianDefense(Defense):
         noise = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
         return g + self.noise_std(len(g)) * noise
 
-    def accountant(self) -> "Accountant":
-        from decpriv.privacy.rdp import RenyiAccountant
-
-        return RenyiAccountant()
+    def mechanism(self) -> Mechanism:
+        return Mechanism("gradients", self.clip, self.sigma, self.level, target=self.epsilon)
 
     def summary(self) -> dict[str, Any]:
         return {"clip": self.clip, "sigma": self.sigma, "privacy_level": self.level}
@@ -134,6 +130,10 @@ class CentralDP(GaussianDefense):
     """Central-DP baseline: per-node noise sigma C / sqrt(n), i.e. sigma C / n on the exact average."""
 
     name = "cdp"
+    own_aggregation = True
+
+    def mechanism(self) -> Mechanism:
+        return Mechanism("gradients", self.clip, self.sigma, self.level, central=True, target=self.epsilon)
 
     def noise_std(self, n: int) -> float:
         return super().noise_std(n) / n**0.5

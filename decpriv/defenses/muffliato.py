@@ -10,22 +10,20 @@ Private D-SGD with Muffliato (Sec. 5) is ``defense=ldp protocol.gossip_steps=K a
 the LDP gradient noise is the message noise gamma sigma C of the paper's PRIVATE_GOSSIP_AVERAGING.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Defense, Mechanism
 from decpriv.defenses.dp import clip_rows
 from decpriv.errors import bad
-
-if TYPE_CHECKING:
-    from decpriv.privacy.base import Accountant
 
 
 class Muffliato(Defense):
     """Clip each node's value to radius C, add N(0, sigma^2 C^2 I) once before gossip."""
 
     name = "muffliato"
+    accountant = "network_dp"
 
     def __init__(self, clip: float = 1.0, sigma: float = 1.0):
         if clip <= 0:
@@ -39,10 +37,8 @@ class Muffliato(Defense):
         noise = torch.randn(clipped.shape, generator=generator, device=values.device, dtype=values.dtype)
         return clipped + self.sigma * self.clip * noise
 
-    def accountant(self) -> "Accountant":
-        from decpriv.privacy.network_dp import NetworkDPAccountant
-
-        return NetworkDPAccountant()
+    def mechanism(self) -> Mechanism:
+        return Mechanism("values", self.clip, self.sigma)
 
     def summary(self) -> dict[str, Any]:
         return {"clip": self.clip, "sigma": self.sigma}

@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Built, Defense
 from decpriv.defenses.masking import Ring
 from decpriv.errors import bad
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
-    from decpriv.setup import Setup
 
 
 def additive_shares(ring: Ring, encoded: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -53,7 +52,7 @@ class SecretSharing(Defense):
         self._messages = self._rounds = 0
         self._p = 0
 
-    def bind(self, setup: "Setup") -> None:
+    def bind(self, setup: Built) -> None:
         if setup.protocol.name not in ("fedavg", "fedsgd"):
             raise bad(
                 "defense",

@@ -25,33 +25,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Built, Defense
 from decpriv.defenses.masking import Groups, MaskedSum, Ring, pairwise_masked_sum
 from decpriv.errors import bad
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
-    from decpriv.setup import Setup
 
 PROTOCOLS = ("dsgd", "fedavg", "fedsgd")
 
 
-def refuse_active(setup: "Setup", attack: str) -> None:
-    """Active attacks cancel their neighbours' individual updates, which secure aggregation hides
-    (Pasquini et al. 2023, Sec. 6.1): refuse them under it, pointing to the evasion that still works."""
-    if isinstance(setup.defense, SecureAggregation):
-        raise bad(
-            "defense",
-            setup.defense.name,
-            f"attack={attack} must cancel the victim's neighbours' individual updates, which secure "
-            "aggregation hides from every single node",
-            "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
-            "adversary.sybils=<victim>)",
-        )
-
-
 class SecureAggregation(Defense):
     name = "secure_aggregation"
+    hides_updates = True
 
     def __init__(
         self, threshold: int = 3, fault_tolerant: bool = True, dropout: float = 0.0, precision: int = 32
@@ -68,7 +54,7 @@ class SecureAggregation(Defense):
         self._cost = {"messages": 0, "pair_masks": 0, "aggregations": 0, "aborted": 0, "rounds": 0}
         self._p = 0
 
-    def bind(self, setup: "Setup") -> None:
+    def bind(self, setup: Built) -> None:
         protocol, network, adversary = setup.protocol, setup.network, setup.adversary
         if protocol.name not in PROTOCOLS:
             raise bad(
@@ -128,7 +114,7 @@ class SecureAggregation(Defense):
         self._seen = torch.nonzero(seen).flatten()
         self._seen_plain = torch.isin(member[self._seen], self._attackers)
 
-    def _bind_clients(self, setup: "Setup") -> None:
+    def _bind_clients(self, setup: Built) -> None:
         from decpriv.protocols.fedavg import client_nodes
 
         if setup.adversary.sybils is not None:

@@ -22,6 +22,7 @@ def edges_of(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 class SelfCentredClipping(Defense):
     name = "self_centred_clipping"
+    own_aggregation = True
 
     def __init__(self, tau: float = 1.0):
         if tau <= 0:

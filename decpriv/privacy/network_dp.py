@@ -32,8 +32,6 @@ import scipy.sparse as sp  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
-from decpriv.defenses.dp import LocalDP  # noqa: E402
-from decpriv.defenses.muffliato import Muffliato  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
@@ -146,9 +144,10 @@ class NetworkDPAccountant(Accountant):
 
     def check(self, setup: Setup) -> None:
         defense, protocol = setup.defense, setup.protocol
-        if isinstance(defense, Muffliato) and protocol.name == "gossip":
+        mechanism = defense.mechanism()
+        if mechanism is not None and mechanism.on == "values" and protocol.name == "gossip":
             return
-        if isinstance(defense, LocalDP) and protocol.name == "dsgd":
+        if mechanism is not None and mechanism.local_gaussian and protocol.name == "dsgd":
             if protocol.local_steps != 1:
                 raise bad(
                     "protocol.local_steps",
@@ -156,10 +155,10 @@ class NetworkDPAccountant(Accountant):
                     "Muffliato-SGD adds one noise draw per message",
                     "use protocol.local_steps=1",
                 )
-            if defense.epsilon is not None:
+            if mechanism.target is not None:
                 raise bad(
                     "defense.epsilon",
-                    defense.epsilon,
+                    mechanism.target,
                     "network DP gives each pair its own loss, so there is no single target to calibrate",
                     "set defense.sigma",
                 )
@@ -167,8 +166,9 @@ class NetworkDPAccountant(Accountant):
         raise bad(
             "accountant",
             self.name,
-            f"pairwise network DP covers defense=muffliato with protocol=gossip and defense=ldp with "
-            f"protocol=dsgd, not defense={defense.name} with protocol={protocol.name}",
+            "pairwise network DP covers noise added once to gossiped values (defense=muffliato with "
+            "protocol=gossip) and local gradient noise on D-SGD (defense=ldp with protocol=dsgd), not "
+            f"defense={defense.name} with protocol={protocol.name}",
             "change the defense/protocol pair or the accountant",
         )
 
@@ -190,7 +190,7 @@ class NetworkDPAccountant(Accountant):
         return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan")), cost
 
     def account(self, setup: Setup) -> Report:
-        network, sigma = setup.network, setup.defense.sigma
+        network, sigma = setup.network, setup.defense.mechanism().sigma
         steps, draws, accelerated = self.schedule(setup)
         level = self.alpha * 2.0 / sigma**2  # alpha Delta^2 / (2 sigma^2 C^2) with Delta = 2C
         distance = shortest_path(network.adjacency, unweighted=True, directed=False)

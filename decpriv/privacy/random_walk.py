@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 from scipy.sparse.csgraph import shortest_path
 
-from decpriv.defenses.dp import LocalDP
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
@@ -59,7 +58,8 @@ class RandomWalkAccountant(Accountant):
         self.alpha, self.delta = alpha, delta
 
     def check(self, setup: Setup) -> None:
-        if setup.protocol.name != "random_walk" or not isinstance(setup.defense, LocalDP):
+        mechanism = setup.defense.mechanism()
+        if setup.protocol.name != "random_walk" or mechanism is None or not mechanism.local_gaussian:
             raise bad(
                 "accountant",
                 self.name,
@@ -67,10 +67,10 @@ class RandomWalkAccountant(Accountant):
                 f"protocol={setup.protocol.name} with defense={setup.defense.name}",
                 "use protocol=random_walk defense=ldp",
             )
-        if setup.defense.epsilon is not None:
+        if mechanism.target is not None:
             raise bad(
                 "defense.epsilon",
-                setup.defense.epsilon,
+                mechanism.target,
                 "the pairwise bound has no single target",
                 "set defense.sigma",
             )
@@ -81,11 +81,11 @@ class RandomWalkAccountant(Accountant):
                 "the matrix-logarithm bound needs a symmetric W",
                 "use gossip_matrix=metropolis_hastings",
             )
-        multiplier = setup.defense.sigma / 2.0
+        multiplier = mechanism.sigma / 2.0
         if multiplier**2 < 2 * self.alpha * (self.alpha - 1):
             raise bad(
                 "defense.sigma",
-                setup.defense.sigma,
+                mechanism.sigma,
                 f"the theorem needs (sigma/2)^2 >= 2 alpha (alpha - 1) = {2 * self.alpha * (self.alpha - 1):g}",
                 f"use defense.sigma >= {2 * math.sqrt(2 * self.alpha * (self.alpha - 1)):.3g} or a smaller accountant.alpha",
             )
@@ -93,7 +93,7 @@ class RandomWalkAccountant(Accountant):
     def account(self, setup: Setup) -> Report:
         network, n = setup.network, setup.network.n
         F = random_walk_loss(
-            network.W.toarray(), setup.protocol.rounds, setup.defense.sigma / 2.0, self.alpha
+            network.W.toarray(), setup.protocol.rounds, setup.defense.mechanism().sigma / 2.0, self.alpha
         )
         distance = shortest_path(network.adjacency, unweighted=True, directed=False)
         convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)

@@ -19,7 +19,6 @@ from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDp
 from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
-from decpriv.defenses.dp import DPSGD, CentralDP, GaussianDefense
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.report.findings import Report
@@ -90,19 +89,20 @@ class RenyiAccountant(Accountant):
         self.delta = delta
         self._target: float | None = None
 
-    def mechanism(self, setup: Setup) -> tuple[int, np.ndarray, float]:
+    def schedule(self, setup: Setup) -> tuple[int, np.ndarray, float]:
         """(steps, per-node sampling rate, multiplier scale) of the configured run."""
         protocol = setup.protocol
         steps = gradient_steps(setup)
         sizes = setup.local.mask.sum(1).numpy()
-        if isinstance(setup.defense, DPSGD) and protocol.batch_size is not None:
+        if setup.defense.mechanism().level == "example" and protocol.batch_size is not None:
             rates = np.minimum(1.0, protocol.batch_size / sizes)
             return steps, rates, 1.0
         return steps, np.ones(len(sizes)), 2.0
 
     def check(self, setup: Setup) -> None:
         defense = setup.defense
-        if not isinstance(defense, GaussianDefense):
+        mechanism = defense.mechanism()
+        if mechanism is None or mechanism.on != "gradients" or mechanism.correlated:
             raise bad(
                 "accountant",
                 self.name,
@@ -116,32 +116,29 @@ class RenyiAccountant(Accountant):
                 "gradient noise is only added by SGD protocols",
                 "use protocol=dsgd or fedavg",
             )
-        if (
-            isinstance(defense, CentralDP)
-            and len(setup.network.edges) != setup.network.n * (setup.network.n - 1) // 2
-        ):
+        if mechanism.central and len(setup.network.edges) != setup.network.n * (setup.network.n - 1) // 2:
             raise bad(
                 "topology",
                 setup.cfg.topology.get("_target_", "?").rsplit(".", 1)[-1],
                 "the CDP baseline protects the average, which only the complete graph with uniform W computes",
                 "use topology=complete gossip_matrix=uniform, or defense=ldp",
             )
-        if defense.epsilon is not None:
-            steps, rates, scale = self.mechanism(setup)
-            self._target = defense.epsilon
+        if mechanism.target is not None:
+            steps, rates, scale = self.schedule(setup)
+            self._target = mechanism.target
             defense.calibrate(
-                calibrate_noise_multiplier(defense.epsilon, self.delta, steps, float(rates.max()), scale)
+                calibrate_noise_multiplier(mechanism.target, self.delta, steps, float(rates.max()), scale)
             )
 
     def account(self, setup: Setup) -> Report:
-        defense = setup.defense
-        steps, rates, scale = self.mechanism(setup)
-        multiplier = defense.sigma / scale
+        mechanism = setup.defense.mechanism()
+        steps, rates, scale = self.schedule(setup)
+        multiplier = mechanism.sigma / scale
         unique, inverse = np.unique(rates, return_inverse=True)
         results = [gaussian_epsilon(multiplier, steps, self.delta, float(q)) for q in unique]
         epsilon = np.array([r[0] for r in results])[inverse]
         order = np.array([r[1] for r in results])[inverse]
-        central = isinstance(defense, CentralDP)
+        central = mechanism.central
         table = pd.DataFrame(
             {
                 "source": np.arange(setup.network.n),
@@ -150,7 +147,7 @@ class RenyiAccountant(Accountant):
                 "alpha": order,
                 "delta": self.delta,
                 "threat": "central" if central else "local",
-                "mechanism": "poisson_subsampled_gaussian" if isinstance(defense, DPSGD) else "gaussian",
+                "mechanism": "poisson_subsampled_gaussian" if mechanism.level == "example" else "gaussian",
                 "sampling_rate": rates,
                 "steps": steps,
                 "noise_multiplier": multiplier,

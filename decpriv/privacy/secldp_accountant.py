@@ -18,8 +18,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from decpriv.defenses.decor import Decor  # noqa: E402
-from decpriv.defenses.dp import CentralDP, LocalDP  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.rdp import check_delta, gradient_steps  # noqa: E402
@@ -98,7 +96,8 @@ class SecLDPAccountant(Accountant):
 
     def check(self, setup: Setup) -> None:
         defense, n = setup.defense, setup.network.n
-        if not isinstance(defense, Decor | LocalDP | CentralDP):
+        mechanism = defense.mechanism()
+        if mechanism is None or mechanism.on != "gradients" or mechanism.level != "user":
             raise bad(
                 "accountant",
                 self.name,
@@ -110,15 +109,15 @@ class SecLDPAccountant(Accountant):
                 "protocol", setup.protocol.name, "DECOR noise is added to SGD gradients", "use protocol=dsgd"
             )
         check_threat(self.threat, self.collusion, n)
-        if self.threat == "collusion" and isinstance(defense, Decor) and self.collusion >= n - 1:
+        if self.threat == "collusion" and mechanism.correlated and self.collusion >= n - 1:
             raise bad("accountant.collusion", self.collusion, "no two honest users remain", "lower it")
         target_slope = (
             None
-            if defense.epsilon is None
-            else slope_for_epsilon(defense.epsilon, self.steps(setup), self.delta)
+            if mechanism.target is None
+            else slope_for_epsilon(mechanism.target, self.steps(setup), self.delta)
         )
-        self._target = defense.epsilon
-        if not isinstance(defense, Decor):
+        self._target = mechanism.target
+        if not mechanism.correlated:
             if target_slope is not None:
                 defense.calibrate(math.sqrt(2.0 / target_slope))
             return
@@ -160,7 +159,8 @@ class SecLDPAccountant(Accountant):
         }
         figures = {}
         tables = {}
-        if isinstance(defense, Decor):
+        mechanism = defense.mechanism()
+        if mechanism.correlated:
             A = network.adjacency
             slopes = worst_slopes(
                 A, defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion
@@ -188,10 +188,10 @@ class SecLDPAccountant(Accountant):
             )
             tables["epsilon_vs_sigma_cor"] = curve.assign(sigma_cdp=defense.sigma_cdp)
         else:
-            slopes = np.full(n, 2.0 / defense.sigma**2)
+            slopes = np.full(n, 2.0 / mechanism.sigma**2)
         epsilon = np.array([epsilon_from_slope(s, steps, self.delta) for s in np.unique(slopes)])
         eps_nodes = epsilon[np.searchsorted(np.unique(slopes), slopes)]
-        central = isinstance(defense, CentralDP)
+        central = mechanism.central
         observer = "average_model" if central else self.threat
         if self.threat == "collusion" and not central:
             observer = f"collusion_{self.collusion}"

@@ -32,6 +32,7 @@ from decpriv.report.aggregate import load_sweep, mean_std_count
 from decpriv.report.plots import graph_figure
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep_plots import is_numeric, plot
+from decpriv.report.text import DETAIL, print_frame
 
 CLAIM_PNG = "plots/claim.png"
 ATTACKERS = "adversary.nodes"
@@ -203,8 +204,6 @@ def headline(claim: Claim, metrics: list[str], training: set[str] = frozenset())
     named = [m for m in metrics if m in words]
     if named:
         return named
-    from decpriv.report.show import DETAIL  # show imports document, which imports this module
-
     shown = [m for m in metrics if not DETAIL.search(m) and m not in training and m not in NETWORK_FACTS]
     return shown[:MAX_HEADLINE]
 
@@ -322,8 +321,6 @@ def claim_html(section: ClaimSection, images: list[tuple[str, Path]], table_html
 
 def print_claim(section: ClaimSection, console, report_dir: Path) -> None:
     """The claim and the measured numbers on the terminal (``decpriv report``)."""
-    from decpriv.report.show import print_frame
-
     claim = section.claim
     console.print(f"[bold]claim[/] ({claim.source}): {claim.statement}", highlight=False, soft_wrap=True)
     print_frame(section.table, f"measured: {section.caption}", console)

@@ -20,6 +20,7 @@ from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wid
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.run_folder import RunFolder, read_status, read_table, write_atomic, write_csv
 from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
+from decpriv.report.text import fmt, markdown_table
 
 REPORT_DIR = "report"
 
@@ -33,21 +34,6 @@ class Document:
     figures: dict[str, Figure] = field(default_factory=dict)  # new pictures, keyed plots/<name>.png
     pictures: list[Path] = field(default_factory=list)  # pictures the folder already holds
     claim: ClaimSection | None = None  # the paper's claim beside the measured numbers: opens the page
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return "" if pd.isna(value) else f"{value:.6g}"
-    return str(value)
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    def cells(values) -> str:
-        return "| " + " | ".join(_fmt(v).replace("|", "\\|") for v in values) + " |"
-
-    lines = [cells(table.columns), "|" + "---|" * len(table.columns)]
-    lines += [cells(row) for row in table.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def sweep_document(path: Path) -> Document:
@@ -138,7 +124,7 @@ def _figure_html(name: str, link: Path, out: Path) -> str:
 
 
 def _table_html(table: pd.DataFrame) -> str:
-    return table.to_html(index=False, na_rep="", float_format=_fmt, border=0)
+    return table.to_html(index=False, na_rep="", float_format=fmt, border=0)
 
 
 def _page_html(doc: Document, images: list[tuple[str, Path]], out: Path, claim_images=()) -> str:

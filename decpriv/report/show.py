@@ -1,30 +1,15 @@
 """Terminal output: the headline of a run, ``decpriv list``, ``decpriv show`` and ``decpriv diff``."""
 
-import re
 from importlib import resources
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from decpriv.errors import ConfigError
 from decpriv.report.diff import diff_paths, diff_rows
-from decpriv.report.document import markdown_table
 from decpriv.report.run_folder import read_status, read_table
-
-DETAIL = re.compile(
-    r"(_min|_max|_median|_tpr_at_0\.1pct_fpr|_max_advantage)(_null_\w+|_p_value|_above_null)?$"
-    r"|_null_mean$|_null_lo$|_p_value$|_above_null$|_fpr_null_hi$"
-)  # kept for the table, not the headline (a statistic shows beside its null's 97.5th percentile)
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+from decpriv.report.text import DETAIL, fmt, markdown_table
 
 
 def print_headline(run: Path, console: Console) -> None:
@@ -37,7 +22,7 @@ def print_headline(run: Path, console: Console) -> None:
     metrics = [key for key in meta.get("metrics", []) if key in summary]
     shown = [key for key in metrics if not DETAIL.search(key) and key != "verdict"]
     for key in shown:
-        table.add_row(key, _fmt(summary[key]))
+        table.add_row(key, fmt(summary[key]))
     if len(shown) < len(metrics):
         table.caption = f"{len(metrics) - len(shown)} more in summary.csv (decpriv show)"
     console.print(table)
@@ -51,18 +36,9 @@ def print_job_line(run: Path, line: str, console: Console) -> None:
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
     metrics = [m for m in meta.get("metrics", []) if m in summary][:1]
-    shown = "".join(f"  {m}={_fmt(summary[m])}" for m in metrics)
+    shown = "".join(f"  {m}={fmt(summary[m])}" for m in metrics)
     seconds = meta.get("wall_seconds", {}).get("total", "?")
     console.print(f"{line}[green]{meta.get('status')}[/] in {seconds}s{shown}", highlight=False)
-
-
-def print_frame(frame: pd.DataFrame, title: str, console: Console, rows: int = 50) -> None:
-    table = Table(title=title)
-    for column in frame.columns:
-        table.add_column(str(column))
-    for _, row in frame.head(rows).iterrows():
-        table.add_row(*[_fmt(v) for v in row])
-    console.print(table)
 
 
 def _first_comment(text: str) -> str:
@@ -125,7 +101,7 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         for column in frame.columns:
             table.add_column(str(column))
         for _, row in frame.head(rows).iterrows():
-            table.add_row(*[_fmt(v) for v in row])
+            table.add_row(*[fmt(v) for v in row])
         console.print(table)
     pictures = sorted(p.relative_to(run) for p in run.rglob("*.png"))
     if pictures:
@@ -171,7 +147,7 @@ def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, for
             for _, row in d.changed.iterrows():
                 # metric changes beyond tolerance are what a reader looks for; config changes explain them
                 style = "bold yellow" if row["column"] in d.metrics else "cyan"
-                table.add_row(*[_fmt(v) for v in row], style=style)
+                table.add_row(*[fmt(v) for v in row], style=style)
             console.print(table)
     if not differ:
         console.print(f"equal within rtol={rtol} atol={atol}: {len(diffs)} table(s)", highlight=False)

@@ -20,7 +20,6 @@ from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
-from decpriv.defenses.secure_aggregation import refuse_active
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import image_grid
@@ -72,6 +71,7 @@ class ActiveInversion(Attack):
     """Override each coverable neighbour with trap weights, then read its inputs off its next update."""
 
     name = "active_inversion"
+    active = True  # forges messages (behaviour)
 
     def __init__(self, round: int | None = None, victim: int | None = None, min_bias_gradient: float = 1e-8):
         if round is not None and round < 0:
@@ -82,7 +82,6 @@ class ActiveInversion(Attack):
 
     def check(self, setup: Setup) -> None:
         proto, model, net, adv = setup.protocol, setup.model, setup.network, setup.adversary
-        refuse_active(setup, "active_inversion")
         if proto.name != "dsgd" or proto.gossip_steps != 1:
             raise bad(
                 "protocol",

@@ -18,7 +18,6 @@ from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
-from decpriv.defenses.secure_aggregation import refuse_active
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import metric_plot
@@ -61,6 +60,7 @@ class Echo(Attack):
     """One attacker echoes one neighbour's update back to its whole neighbourhood every round."""
 
     name = "echo"
+    active = True  # forges messages (behaviour)
 
     def __init__(
         self, victim: int | None = None, variant: str = "marginalised", every: int = 5, thresholds: int = 150
@@ -74,7 +74,6 @@ class Echo(Attack):
 
     def check(self, setup: Setup) -> None:
         net, adv = setup.network, setup.adversary
-        refuse_active(setup, "echo")
         if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
             raise bad(
                 "protocol", setup.protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1"

@@ -19,7 +19,6 @@ from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
-from decpriv.defenses.secure_aggregation import refuse_active
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
@@ -136,6 +135,7 @@ class StateOverride(Attack):
     """Set each coverable neighbour's aggregate to a chosen model; report how much of its state is ours."""
 
     name = "state_override"
+    active = True  # forges messages (behaviour)
 
     def __init__(
         self, victim: int | None = None, start: int | None = None, rushing: bool = True, target: str = "own"
@@ -150,7 +150,6 @@ class StateOverride(Attack):
 
     def check(self, setup: Setup) -> None:
         net, adv = setup.network, setup.adversary
-        refuse_active(setup, "state_override")
         if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
             raise bad(
                 "protocol",
