@@ -3,9 +3,15 @@
     theta_v^{t+1/2} = theta_v^t - lr * (grad l(theta_v^t; batch_v^t) [+ momentum, weight decay])   (local_steps times)
     theta^{t+1}     = W^K theta^{t+1/2}                                                          (K = gossip_steps)
 
-All nodes at once: one vmap(grad) call per local step, one (sparse) matmul per gossip step. The
+All nodes at once: one batched gradient call per local step, one (sparse) matmul per gossip step. The
 adversary records the broadcast messages theta^{t+1/2} (and the intermediate gossip values when K > 1).
 Minibatches are ``batch_size`` distinct local samples, redrawn every local step.
+
+A round allocates nothing of size (n, p) when the defense leaves gradients and the aggregation rule as they
+are and no active attack forges messages: the gradients land in one reused buffer (by the hand-written
+backward pass for linear/MLP models, :meth:`FunctionalModel.node_gradients`) and the gossip product
+alternates between two state buffers (``addmm_`` in place). A fresh 31 MB tensor per operation (n = 1024,
+MLP) costs its page faults on first touch, more than the sparse product itself.
 """
 
 import pandas as pd
@@ -13,6 +19,7 @@ import torch
 
 from decpriv.adversary.behaviour import apply_forgery
 from decpriv.data.datasets import Dataset
+from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
@@ -97,12 +104,36 @@ class DSGD(Protocol):
             x = mixed
         return x
 
+    def mix_into(
+        self, W: torch.Tensor, messages: torch.Tensor, spare: torch.Tensor, round_: int, sim: Simulation
+    ):
+        """:meth:`mix` for the plain aggregation rule without forgery, each step's product written into the
+        state buffer the step does not read; returns (mixed, the buffer left free)."""
+        x = messages
+        for k in range(self.gossip_steps):
+            sim.recorder.record(round_, k, x)
+            # in place with beta=0 (the buffer's old values are ignored): torch.mm(..., out=) on a sparse
+            # W zero-fills a fresh (n, p) tensor and copies it over, three times the product's cost
+            mixed = spare.addmm_(W, x, beta=0)
+            spare, x = x, mixed
+        return x, spare
+
+    def plain(self, sim: Simulation) -> tuple[bool, bool]:
+        """(gradients untouched, messages aggregated by W @ x with no forgery): the cases run in buffers."""
+        kind = type(sim.defense)
+        gradients = kind.gradients is Defense.gradients
+        exchange = kind.exchange is Defense.exchange and kind.aggregate is Defense.aggregate
+        return gradients, exchange and sim.behaviour is None
+
     def run(self, sim: Simulation) -> Outcome:
         sim.local.require_batch(self.batch_size)
         dtype = getattr(torch, self.dtype)
         model, local = sim.model, sim.local.astype(dtype)
         theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
         initial = theta.clone()
+        plain_gradients, plain_exchange = self.plain(sim)
+        grad_buffer = torch.empty_like(theta) if plain_gradients else None
+        spare = torch.empty_like(theta) if plain_exchange else None
         W = sim.network.gossip_operator(sim.device, dtype)
         batches = sim.seeds.torch("batches", sim.device)
         noise = sim.seeds.torch("defense.noise", sim.device)
@@ -119,7 +150,11 @@ class DSGD(Protocol):
                 break
             for _ in range(self.local_steps):
                 x, y, w = local.batch(self.batch_size, batches)
-                g = sim.defense.gradients(model, theta, x, y, w.to(dtype), t, noise)
+                if plain_gradients:
+                    with torch.no_grad():
+                        g = model.node_gradients(theta, x, y, w.to(dtype), out=grad_buffer)
+                else:
+                    g = sim.defense.gradients(model, theta, x, y, w.to(dtype), t, noise)
                 if self.weight_decay:
                     g = g + self.weight_decay * theta
                 # In place: theta is this run's own tensor (the init or the last mix's output), and at
@@ -128,7 +163,12 @@ class DSGD(Protocol):
                     velocity.mul_(self.momentum).add_(g)
                     g = velocity
                 theta.add_(g, alpha=-self.lr)
-            theta = self.mix(W, sim.defense.messages(theta, t, noise), t, sim)
+            messages = sim.defense.messages(theta, t, noise)
+            if plain_exchange:
+                # the old state is free once its messages are out (a defense's messages are a new tensor)
+                theta, spare = self.mix_into(W, messages, spare if messages is theta else theta, t, sim)
+            else:
+                theta = self.mix(W, messages, t, sim)
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
         public = {"initial_model": initial[0]} if self.same_init else {}
