@@ -111,6 +111,37 @@ def test_measured_numbers_are_mean_std_count_over_seeds_by_hue_and_x():
     assert math.isnan(got["std"].iloc[2])  # one seed: no spread
 
 
+def test_tuned_cell_keeps_the_combination_with_the_best_mean_over_seeds():
+    """Two methods x one epsilon, tuned over lr (2 values) x clip (2 values), two seeds each. Method a's
+    best mean is lr 0.1 / clip 2 (mean 1.5) although lr 0.01 / clip 1 holds the single lowest job (0.5)."""
+    rows = []
+    for method, lr, clip, ys in [
+        ("a", 0.01, 1, (0.5, 4.5)),  # mean 2.5
+        ("a", 0.01, 2, (3.0, 3.0)),
+        ("a", 0.1, 1, (2.0, 4.0)),
+        ("a", 0.1, 2, (1.0, 2.0)),  # mean 1.5: a's tuned cell
+        ("b", 0.01, 1, (7.0, 9.0)),  # mean 8: b's tuned cell
+        ("b", 0.01, 2, (9.0, 9.0)),
+        ("b", 0.1, 1, (8.0, 10.0)),
+        ("b", 0.1, 2, (20.0, 30.0)),
+    ]:
+        rows += [{"defense": method, "defense.epsilon": 5, "lr": lr, "clip": clip, "y": y} for y in ys]
+    done = pd.DataFrame(rows)
+    claim = Claim("S", "T", x="defense.epsilon", y="y", hue=("defense",), tune=("lr", "clip"))
+    got = measured(claim, done)
+    assert got.columns.tolist() == ["defense", "defense.epsilon", "mean", "std", "count", "lr", "clip"]
+    assert got[["defense", "lr", "clip", "count"]].values.tolist() == [["a", 0.1, 2, 2], ["b", 0.01, 1, 2]]
+    assert got["mean"].tolist() == pytest.approx([1.5, 8.0])
+    assert got["std"].tolist() == pytest.approx([0.5**0.5, 2**0.5])  # over the tuned cell's seeds only
+    highest = measured(
+        Claim("S", "T", x="defense.epsilon", y="y", hue=("defense",), tune=("lr",), best="max"), done
+    )
+    assert highest["mean"].tolist() == pytest.approx([(0.5 + 4.5 + 3 + 3) / 4, (8 + 10 + 20 + 30) / 4])
+    assert highest["lr"].tolist() == [0.01, 0.1]  # a: 2.75 beats 2.25; b: 17 beats 8.5
+    untuned = measured(Claim("S", "T", x="defense.epsilon", y="y", hue=("defense",)), done)
+    assert untuned["count"].tolist() == [8, 8]
+
+
 def test_sweep_over_single_attackers_colours_the_graph_by_outcome(sweep, tmp_path):
     claim = {
         "source": "Test 2026, Fig. 3",
@@ -172,6 +203,17 @@ def test_bad_claim_figure_is_refused_in_one_sentence_before_writing(sweep, tmp_p
             "claim.figure.colour",
         ),
         ({"source": "S", "statement": "T", "figure": {"x": "a", "y": "b", "hue": [1]}}, "claim.figure.hue"),
+        ({"source": "S", "statement": "T", "tune": {"over": ["lr"]}}, "claim.tune"),
+        ({"source": "S", "statement": "T", "figure": {"x": "a", "y": "b"}, "tune": ["lr"]}, "claim.tune"),
+        (
+            {
+                "source": "S",
+                "statement": "T",
+                "figure": {"x": "a", "y": "b"},
+                "tune": {"over": "lr", "best": 1},
+            },
+            "claim.tune.best",
+        ),
     ],
 )
 def test_malformed_claims_name_the_key(claim, key):

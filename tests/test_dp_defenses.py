@@ -1,6 +1,7 @@
 """DP defenses: clipping, DP-SGD per-example path vs a loop, noise levels, DECOR's cancelling noise,
 CDP averaging, Muffliato, and the CLI end to end (calibration, plots, bad input)."""
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -19,6 +20,7 @@ from decpriv.experiment import build
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.models.architectures import softmax
+from decpriv.privacy.secldp import slope_for_epsilon
 from decpriv.rng import Seeds
 
 
@@ -150,6 +152,23 @@ def test_calibrated_runs_meet_target(tmp_path):
     assert result.summary["epsilon"] == pytest.approx(5.0, rel=1e-6) and result.summary["sigma_cor"] > 0
     assert {"source", "observer", "epsilon", "alpha", "delta", "threat"} <= set(result.privacy.columns)
     assert (tmp_path / "b" / "plots" / "epsilon_vs_sigma_cor.png").stat().st_size > 10000
+
+
+def test_accountant_cdp_excess_moves_decor_along_one_budget_and_leaves_ldp_alone():
+    """Allouah et al. App. D.2: many (sigma_cdp, sigma_cor) couples meet one budget; accountant.cdp_excess
+    picks sigma_cdp = excess x sigma_ldp / sqrt(n), and sigma_cor rises as sigma_cdp nears the CDP level."""
+    couples = {}
+    for excess in (1.05, 1.5):
+        overrides = [*LSQ, "topology=ring", "defense=decor", "accountant=secldp", "protocol.rounds=100"]
+        setup = build(
+            compose_config([*overrides, "defense.epsilon=5", f"+accountant.cdp_excess={excess}"])[0]
+        )
+        sigma_ldp = math.sqrt(2 / slope_for_epsilon(5, 100, 1e-5))  # clip 1, T = 100 full-batch steps
+        assert setup.defense.sigma_cdp == pytest.approx(excess * sigma_ldp / 4)
+        couples[excess] = setup.defense.sigma_cor
+    assert couples[1.05] > 2 * couples[1.5] > 0
+    with pytest.raises(ConfigError, match=re.escape("accountant.cdp_excess=1.0")):
+        build(compose_config([*LSQ, "defense=decor", "accountant=secldp", "+accountant.cdp_excess=1.0"])[0])
 
 
 def test_decor_close_to_cdp_and_far_better_than_ldp_on_least_squares(tmp_path):

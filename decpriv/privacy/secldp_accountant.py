@@ -82,13 +82,33 @@ def sigma_cor_figure(
 
 
 class SecLDPAccountant(Accountant):
-    """Per-node SecLDP of decor / ldp / cdp over T = rounds * local_steps steps."""
+    """Per-node SecLDP of decor / ldp / cdp over T = rounds * local_steps steps.
+
+    ``cdp_excess`` picks DECOR's (sigma_cdp, sigma_cor) couple on the target's iso-epsilon curve
+    (sigma_cdp = cdp_excess x sigma_ldp / sqrt(n), replacing ``defense.cdp_excess``): the couple is not
+    unique and Allouah et al. (ICML 2024, App. D.2) tune it with the learning rate and the clip. It lives
+    here so one sweep can tune it beside cdp / ldp, which have a single noise level and ignore it.
+    """
 
     name = "secldp"
 
-    def __init__(self, delta: float = 1e-5, threat: str = "eavesdropper", collusion: int = 2):
+    def __init__(
+        self,
+        delta: float = 1e-5,
+        threat: str = "eavesdropper",
+        collusion: int = 2,
+        cdp_excess: float | None = None,
+    ):
         check_delta(delta)
+        if cdp_excess is not None and cdp_excess <= 1:
+            raise bad(
+                "accountant.cdp_excess",
+                cdp_excess,
+                "sigma_cdp must exceed the CDP level sigma_ldp/sqrt(n), where infinite sigma_cor would be needed",
+                "use e.g. accountant.cdp_excess=1.2, or null to keep defense.cdp_excess",
+            )
         self.delta, self.threat, self.collusion = delta, threat, collusion
+        self.cdp_excess = cdp_excess
         self._target: float | None = None
 
     def steps(self, setup: Setup) -> int:
@@ -135,7 +155,7 @@ class SecLDPAccountant(Accountant):
         sigma_cdp = (
             defense.sigma_cdp
             if defense.sigma_cdp is not None
-            else defense.cdp_excess * sigma_ldp / math.sqrt(n)
+            else (self.cdp_excess or defense.cdp_excess) * sigma_ldp / math.sqrt(n)
         )
         if sigma_cdp <= 0:
             raise bad(

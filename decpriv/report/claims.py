@@ -7,10 +7,14 @@ A preset (``decpriv/conf/experiment/*.yaml``) states the paper's claim as a top-
       statement: "the fraction of reconstructed nodes grows with n p"
       figure: {x: topology.n, y: fraction_reconstructed, hue: [adversary.count]}   # the paper's axes
       metrics: [fraction_reconstructed]               # optional: the headline of a run without a figure
+      tune: {over: [protocol.lr, defense.clip], best: min}   # optional: the paper tuned these per cell
 
 ``x``, ``y`` and ``hue`` are summary.csv columns (``y`` a metric, ``x`` and ``hue`` usually config keys).
 The report opens with a "Claim" section: the source, the statement, ``y`` aggregated by ``hue`` and ``x``
-(mean, std over the seeds, count) and that figure drawn as ``report/plots/claim.png``. A run without a
+(mean, std over the seeds, count) and that figure drawn as ``report/plots/claim.png``. With ``tune``, each
+(``hue``, ``x``) cell keeps only the combination of the ``over`` keys whose mean ``y`` over seeds is the
+lowest (``best: min``, the default) or highest (``max``), as papers report a method at its tuned
+hyperparameters; the table names the chosen values. A run without a
 figure shows its headline metrics and the pictures it drew itself (graphs coloured by outcome, privacy vs
 distance).
 """
@@ -36,8 +40,9 @@ from decpriv.report.text import DETAIL, print_frame
 
 CLAIM_PNG = "plots/claim.png"
 ATTACKERS = "adversary.nodes"
-KEYS = ("source", "statement", "figure", "metrics")
+KEYS = ("source", "statement", "figure", "metrics", "tune")
 FIGURE_KEYS = ("x", "y", "hue")
+TUNE_KEYS = ("over", "best")
 MAX_HEADLINE = 8
 NETWORK_FACTS = ("nodes", "edges", "spectral_gap", "graph_tries")  # the graph's, whatever the claim
 OWN_PICTURES_SKIPPED = ("training",)  # loss/accuracy curves bear on no paper claim
@@ -51,6 +56,8 @@ class Claim:
     y: str | None = None
     hue: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
+    tune: tuple[str, ...] = ()  # config keys tuned per (hue, x) cell
+    best: str = "min"  # which mean y the tuning keeps
 
     @property
     def has_figure(self) -> bool:
@@ -95,6 +102,15 @@ def parse_claim(node: Any) -> Claim | None:
     if figure and not (isinstance(figure.get("x"), str) and isinstance(figure.get("y"), str)):
         missing = "x" if not isinstance(figure.get("x"), str) else "y"
         raise bad(f"claim.figure.{missing}", figure.get(missing), "a figure needs x and y", "name a column")
+    tune = node.get("tune") or {}
+    if not isinstance(tune, dict) or any(k not in TUNE_KEYS for k in tune):
+        raise bad("claim.tune", tune, "expected {over: [keys], best: min|max}", "e.g. {over: [protocol.lr]}")
+    if tune and not figure:
+        raise bad("claim.tune", tune, "tuning selects cells of a figure", "give claim.figure too")
+    if tune.get("best", "min") not in ("min", "max"):
+        raise bad(
+            "claim.tune.best", tune["best"], "the tuned value is the lowest or highest", "use min or max"
+        )
     return Claim(
         source=node["source"],
         statement=" ".join(node["statement"].split()),
@@ -102,6 +118,8 @@ def parse_claim(node: Any) -> Claim | None:
         y=figure.get("y"),
         hue=_strings("claim.figure.hue", figure.get("hue") or []),
         metrics=_strings("claim.metrics", node.get("metrics") or []),
+        tune=_strings("claim.tune.over", tune.get("over") or []),
+        best=tune.get("best", "min"),
     )
 
 
@@ -134,17 +152,40 @@ def _check_column(key: str, name: str, table: pd.DataFrame, where: str, metrics:
 
 def check_figure(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> None:
     """Refuse, in one sentence, a figure whose columns the run or sweep does not have."""
-    for key, name in [("x", claim.x), ("y", claim.y), *[("hue", h) for h in claim.hue]]:
-        _check_column(f"claim.figure.{key}", str(name), table, where, metrics)
+    keys = [("figure.x", claim.x), ("figure.y", claim.y), *[("figure.hue", h) for h in claim.hue]]
+    for key, name in keys + [("tune.over", t) for t in claim.tune]:
+        _check_column(f"claim.{key}", str(name), table, where, metrics)
     if not is_numeric(table[claim.y].dropna()) or table[claim.y].isna().all():
         raise bad("claim.figure.y", claim.y, f"is not a numeric column of {where}", "name a metric")
 
 
+def _cells(claim: Claim) -> list[str]:
+    return [*[h for h in claim.hue if h != claim.x], claim.x]
+
+
+def tuned(claim: Claim, done: pd.DataFrame) -> pd.DataFrame:
+    """The jobs of each (hue, x) cell's best ``tune`` combination: the one whose mean ``y`` over its jobs
+    (the seeds) is the lowest (``best: min``) or highest; every job when the claim tunes nothing. Ties keep
+    the first combination in sorted order."""
+    if not claim.tune or done.empty:
+        return done
+    combo = done[[*_cells(claim), *claim.tune]].astype(str).agg("|".join, axis=1)
+    cell = done[_cells(claim)].astype(str).agg("|".join, axis=1)
+    means = pd.to_numeric(done[claim.y], errors="coerce").groupby([cell, combo]).mean().dropna()
+    pick = means.groupby(level=0).idxmin if claim.best == "min" else means.groupby(level=0).idxmax
+    return done[combo.isin([c for _, c in pick()])]
+
+
 def measured(claim: Claim, done: pd.DataFrame) -> pd.DataFrame:
-    """``y`` by ``hue`` and ``x`` over the completed jobs: mean, std (over seeds) and count."""
-    by = [*[h for h in claim.hue if h != claim.x], claim.x]
-    data = done.assign(**{claim.y: pd.to_numeric(done[claim.y], errors="coerce")})
-    return mean_std_count(data, by, claim.y)
+    """``y`` by ``hue`` and ``x`` over the completed jobs (of the tuned combinations): mean, std (over seeds)
+    and count, then the tuned keys' chosen values."""
+    rows = tuned(claim, done)
+    data = rows.assign(**{claim.y: pd.to_numeric(rows[claim.y], errors="coerce")})
+    table = mean_std_count(data, _cells(claim), claim.y)
+    if not claim.tune:
+        return table
+    chosen = rows.drop_duplicates(_cells(claim))[[*_cells(claim), *claim.tune]]
+    return table.merge(chosen, on=_cells(claim), how="left")
 
 
 def _varying(table: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
@@ -229,7 +270,10 @@ def _figure_section(
     check_figure(claim, table, where, metrics)
     done = table[table["status"] == "completed"]
     caption = f"{claim.y}: mean, std over seeds, count of completed jobs"
-    figure, notes = _draw(claim, done, target)
+    figure, notes = _draw(claim, tuned(claim, done), target)
+    if claim.tune:
+        tried = done[list(claim.tune)].astype(str).drop_duplicates()
+        caption += f", at the {claim.best} over {', '.join(claim.tune)} of each cell ({len(tried)} tried)"
     section = ClaimSection(claim, caption, measured(claim, done), notes)
     if figure is not None:
         section.figures[CLAIM_PNG] = figure
