@@ -105,7 +105,9 @@ def _explain_composition(error: Exception, overrides: list[str]) -> str:
     hint = ""
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
     override = re.search(r"Could not override '([^']+)'", text)
-    if missing:
+    if "submitit" in first:
+        hint = "the slurm launcher needs Hydra's submitit plugin: pip install 'decpriv[slurm]'"
+    elif missing:
         options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
         hint = _did_you_mean(missing.group(2), options)
     elif override:
@@ -136,19 +138,16 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
     """Compose and check every job of the (possibly swept) command line before any job runs.
 
     Returns the number of jobs and the swept keys (for the per-job progress line)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from decpriv.experiment import precheck
     from decpriv.report.resume import check_fixed_folder, take_resume
+    from decpriv.report.sweep import expand
 
     jobs = [overrides]
     if multirun:
         try:
-            parsed = OverridesParser.create().parse_overrides(overrides)
-        except Exception as error:
+            jobs = expand(overrides)
+        except Exception as error:  # Hydra's override grammar
             raise ConfigError(str(error).strip().splitlines()[0]) from None
-        jobs = BasicSweeper.split_arguments(parsed, None)[0]
     for job in jobs:
         cfg, choices = _compose_or_refuse(job)
         if take_resume(cfg):
@@ -177,10 +176,9 @@ def _output_folder(overrides: list[str], multirun: bool) -> tuple[str | None, Pa
     given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
     first = overrides
     if multirun:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from decpriv.report.sweep import expand
 
-        first = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0][0]
+        first = expand(overrides)[0]
     with initialize_config_module("decpriv.conf", version_base="1.3"):
         hydra_cfg = compose("config", overrides=list(first), return_hydra_config=True).hydra
     path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))

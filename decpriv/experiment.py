@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.adversary.recorder import Recorder
-from decpriv.adversary.view import DataSpec, View
+from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
@@ -32,7 +32,7 @@ from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Report
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
-from decpriv.rng import Seeds
+from decpriv.rng import ScopedSeeds, Seeds
 from decpriv.setup import Setup
 from decpriv.truth import Truth
 from decpriv.validation import PLUGIN_GROUPS, validate
@@ -98,8 +98,9 @@ def build(cfg: DictConfig) -> Setup:
     protocol.check(network, dataset, model)
     defense.bind(setup)
     if attack is not None:
+        setup.attack_context = attack_context(setup)
         with blamed("attack"):
-            _check_attack(setup)
+            setup.plan = _prepare_attack(setup)
     if accountant is not None:
         accountant.check(setup)
     return setup
@@ -112,7 +113,36 @@ def default_accountant(defense: Defense) -> Any:
     return make(OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml"))
 
 
-def _check_attack(setup: Setup) -> None:
+def data_spec(setup: Setup) -> DataSpec:
+    """The data's public facts (shape, classes, range, split sizes, each node's sample count)."""
+    d = setup.dataset
+    sizes = setup.local.counts.numpy().copy()
+    return DataSpec(d.input_shape, d.num_classes, d.data_range, d.task, d.name, len(d.x_test), sizes)
+
+
+def attack_context(setup: Setup) -> AttackContext:
+    """What the attack may know before the run: public facts, its adversary, its own nodes' data."""
+    own = torch.as_tensor(setup.adversary.nodes)
+    protocol = setup.protocol
+    return AttackContext(
+        network=setup.network,
+        adversary=setup.adversary,
+        protocol=PublicProtocol(protocol.name, protocol.recorder_kind, protocol.hyper()),
+        model=setup.model,
+        data=data_spec(setup),
+        own_x=setup.local.x[own],
+        own_y=setup.local.y[own],
+        own_mask=setup.local.mask[own],
+        seeds=ScopedSeeds(setup.seeds.root, "attack."),
+        choices={
+            group: str(setup.cfg[group].get("_target_", "?")).rsplit(".", 1)[-1]
+            for group in PLUGIN_GROUPS
+            if isinstance(setup.cfg.get(group), DictConfig)
+        },
+    )
+
+
+def _prepare_attack(setup: Setup) -> Any:
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
     if attack.needs_adversary and not adversary.present:
         raise bad(
@@ -138,7 +168,7 @@ def _check_attack(setup: Setup) -> None:
             "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
             "adversary.sybils=<victim>)",
         )
-    attack.check(setup)
+    return attack.prepare(setup.attack_context)
 
 
 def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
@@ -200,27 +230,27 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
         recorder,
         setup.seeds,
         setup.device,
-        behaviour=setup.attack.behaviour(setup) if recording else None,
+        behaviour=setup.attack.behaviour(setup.attack_context, setup.plan) if recording else None,
         show_progress=show_progress,
     )
     outcome = setup.protocol.run(sim)
     if not recording:
         return outcome, None
-    own = torch.as_tensor(adv.nodes)
+    context = setup.attack_context
     view = View(
         network=network,
         attackers=adv.nodes,
         eavesdropper=adv.eavesdropper,
         transcript=recorder.transcript(),
         model=setup.model,
-        data_spec=DataSpec(
-            setup.dataset.input_shape, setup.dataset.num_classes, setup.dataset.data_range, setup.dataset.task
-        ),
-        hyper=setup.protocol.hyper(),
-        own_x=setup.local.x[own],
-        own_y=setup.local.y[own],
-        own_mask=setup.local.mask[own],
+        data_spec=context.data,
+        hyper=context.protocol.hyper,
+        own_x=context.own_x,
+        own_y=context.own_y,
+        own_mask=context.own_mask,
         public=outcome.public,
+        seeds=context.seeds,
+        plan=setup.plan,
     )
     return outcome, view
 

@@ -32,3 +32,17 @@ class Seeds:
         gen = torch.Generator(device=device)
         gen.manual_seed(self.seed(name))
         return gen
+
+
+class ScopedSeeds(Seeds):
+    """The streams whose names start with ``prefix`` only: an attack gets ``attack.*``, never the streams
+    of the defense's noise or of the data."""
+
+    def __init__(self, root: int, prefix: str):
+        super().__init__(root)
+        self.prefix = prefix
+
+    def seed(self, name: str) -> int:
+        if not name.startswith(self.prefix):
+            raise PermissionError(f"stream {name!r} is outside {self.prefix!r}*")
+        return super().seed(name)

@@ -7,6 +7,7 @@ import torch
 from omegaconf import DictConfig
 
 from decpriv.adversary.adversary import Adversary
+from decpriv.adversary.view import AttackContext
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
@@ -29,3 +30,5 @@ class Setup:
     adversary: Adversary
     attack: Any | None  # decpriv.attacks.base.Attack
     accountant: Any | None  # decpriv.privacy.base.Accountant
+    attack_context: AttackContext | None = None  # what the attack may know before the run
+    plan: Any = None  # what the attack's prepare step returned

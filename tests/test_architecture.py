@@ -81,9 +81,93 @@ def test_no_import_circles():
     assert circles(graph) == []
 
 
+GROUND_TRUTH = {"truth", "Truth", "setup", "Setup", "cfg"}
+BEFORE_SCORING = ("prepare", "behaviour", "run")  # what an attack computes before it is scored
+
+
+def reaches_ground_truth(tree: ast.Module) -> list[str]:
+    """Attack methods ``prepare``/``behaviour``/``run`` that name the truth, the Setup or the config, or
+    call (by name or ``self.``, transitively, within the module) a function that does. A function that
+    reads ``view.oracle`` is the declared oracle door (``Attack.oracle``) and may."""
+    functions = {
+        node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+    def names(fn) -> set[str]:
+        return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {
+            a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)
+        }
+
+    def called(fn) -> set[str]:
+        out = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Name):
+                    out.add(f.id)
+                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                    out.add(f.attr)
+        return out & set(functions)
+
+    bad = []
+    for entry in BEFORE_SCORING:
+        if entry not in functions:
+            continue
+        seen, stack = set(), [entry]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            oracle = any(
+                isinstance(n, ast.Attribute) and n.attr == "oracle" for n in ast.walk(functions[name])
+            )
+            if names(functions[name]) & GROUND_TRUTH and not oracle:
+                bad.append(f"{entry} -> {name}")
+            stack.extend(called(functions[name]))
+    return bad
+
+
+def test_attacks_see_only_their_context_and_view():
+    """No attack module imports the Setup, the pipeline or the config; prepare/behaviour/run (and what
+    they call) never name the truth: ground truth reaches evaluate alone (and run through ``view.oracle``
+    for a declared oracle)."""
+    forbidden = {"decpriv.setup", "decpriv.experiment", "decpriv.api", "omegaconf", "hydra"}
+    checked = 0
+    for path in sorted((PACKAGE / "attacks").rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        assert not imported(tree, module, path.name == "__init__.py") & forbidden, path
+        assert reaches_ground_truth(tree) == [], path
+        checked += "def prepare" in path.read_text() or "def run" in path.read_text()
+    assert checked >= 12  # every attack module was read
+
+
+def test_the_guard_catches_a_peek():
+    peek = ast.parse(
+        "def helper(truth):\n    return truth.local\n"
+        "class A:\n    def run(self, view):\n        return self.score(view)\n"
+        "    def score(self, view):\n        return helper(view.truth)\n"
+    )
+    assert reaches_ground_truth(peek) == ["run -> helper"]
+
+
 def test_a_circle_is_found():
     graph = nx.DiGraph([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")])
     assert circles(graph) == [["a", "b", "c"]]
+
+
+def test_user_conf_adds_options(monkeypatch, tmp_path):
+    """./conf of the working directory adds presets (the repository's example) without editing the package;
+    elsewhere the packaged defaults compose unchanged."""
+    from decpriv.api import compose_config
+
+    monkeypatch.chdir(PACKAGE.parent)
+    cfg, choices = compose_config(["experiment=my_torus_mia"])
+    assert (choices["topology"], choices["attack"], cfg.topology.n, cfg.seed) == ("torus", "mia", 36, 1)
+    monkeypatch.chdir(tmp_path)
+    cfg, choices = compose_config([])
+    assert (choices["topology"], cfg.topology.n) == ("ring", 16)
 
 
 if __name__ == "__main__":

@@ -348,3 +348,14 @@ def test_a_corrupt_job_is_rerun_by_resume_and_skipped_with_a_warning_by_sweep_re
     with pytest.warns(UserWarning, match="skipped job 1: .*summary.csv: unreadable or corrupt"):
         table = collect(tmp_path)
     assert list(table.job) == ["0"]
+
+
+def test_slurm_without_its_plugin_names_the_extra(cli):
+    """The slurm launcher's yaml needs Hydra's submitit plugin; without it the error says how to install it."""
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None:
+        pytest.skip("the submitit plugin is installed here")
+    proc = cli("run", "-m", "hydra/launcher=slurm", "seed=0")
+    assert proc.returncode == 2
+    assert "pip install 'decpriv[slurm]'" in proc.stderr

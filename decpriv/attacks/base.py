@@ -1,12 +1,18 @@
-"""The attack interface the pipeline calls: check -> run(View) -> evaluate(findings, Truth)."""
+"""The attack interface the pipeline calls: prepare(AttackContext) -> plan, run(View) -> findings,
+evaluate(findings, Truth, View) -> Report.
+
+An attack sees an :class:`~decpriv.adversary.view.AttackContext` before the run (the network, its
+adversary, its own nodes' data, the data's public facts, the protocol's declared hyperparameters, streams
+named ``attack.*``) and the :class:`~decpriv.adversary.view.View` after it; what ``prepare`` decides is its
+plan, handed back as ``view.plan`` (and to ``behaviour``), so ``run`` depends on nothing set on ``self``.
+"""
 
 from abc import ABC, abstractmethod
 from typing import Any
 
 from decpriv.adversary.behaviour import Behaviour
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -16,10 +22,12 @@ class Attack(ABC):
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
     oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
 
-    def check(self, setup: Setup) -> None:
-        """Refuse configurations the attack does not apply to (raise ConfigError), before any computation."""
+    def prepare(self, context: AttackContext) -> Any:
+        """Refuse configurations the attack does not apply to (raise ConfigError) before any computation,
+        and return the plan ``run`` reads as ``view.plan`` (None when there is nothing to decide)."""
+        return None
 
-    def behaviour(self, setup: Setup) -> Behaviour | None:
+    def behaviour(self, context: AttackContext, plan: Any) -> Behaviour | None:
         """Active attacks return the message forgery the protocol applies; passive ones None."""
         return None
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
@@ -28,7 +28,6 @@ from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -83,8 +82,9 @@ class GradientInversion(Attack):
             max_label_candidates=max_label_candidates,
         )
 
-    def check(self, setup: Setup) -> None:
-        protocol = setup.protocol
+    def prepare(self, context: AttackContext) -> int:
+        """Plan: the batch size each client's gradient averages (``attack.batch_size`` or their common set size)."""
+        protocol = context.protocol
         if protocol.name not in ("fedsgd", "fedavg"):
             raise bad(
                 "protocol",
@@ -103,11 +103,11 @@ class GradientInversion(Attack):
             raise bad(
                 "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
             )
-        if not setup.adversary.eavesdropper:
+        if not context.adversary.eavesdropper:
             raise bad(
                 "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
             )
-        clients = client_nodes(setup.network)
+        clients = client_nodes(context.network)
         if self.victims > len(clients):
             raise bad(
                 "attack.victims",
@@ -115,9 +115,10 @@ class GradientInversion(Attack):
                 f"only {len(clients)} clients exist",
                 f"use at most {len(clients)}",
             )
-        if self.batch_size is None:
+        batch_size = self.batch_size
+        if batch_size is None:
             # FedAvg weighs clients by n_i, so the server knows the local set sizes
-            sizes = np.unique(np.asarray(setup.local.counts))
+            sizes = np.unique(context.data.local_sizes)
             if len(sizes) != 1:
                 raise bad(
                     "attack.batch_size",
@@ -125,8 +126,9 @@ class GradientInversion(Attack):
                     f"the clients hold different numbers of samples ({sizes.min()}..{sizes.max()})",
                     "set partition.per_node or attack.batch_size",
                 )
-            self.batch_size = int(sizes[0])
-        closed_form = self.closed_form(setup.model, setup.dataset.input_shape)
+            batch_size = int(sizes[0])
+        model, data = context.model, context.data
+        closed_form = batch_size == 1 and first_layer_on_input(model, int(np.prod(data.input_shape)))
         if self.analytic and not closed_form:
             raise bad(
                 "attack.analytic",
@@ -134,21 +136,16 @@ class GradientInversion(Attack):
                 "the closed form needs one sample per client and a fully connected first layer with bias",
                 "set attack.analytic=false, or use partition=one_per_node with model=logistic, softmax or mlp",
             )
-        if not self.analytic and (
-            setup.dataset.task != "classification" or setup.model.loss_name != "cross_entropy"
-        ):
+        if not self.analytic and (data.task != "classification" or model.loss_name != "cross_entropy"):
             raise bad(
                 "model",
-                setup.model.loss_name,
+                model.loss_name,
                 "optimisation-based inversion here targets softmax classifiers",
                 "use model=mlp or softmax, or attack.analytic=true for one-sample logistic regression",
             )
-        if self.config.box and setup.dataset.data_range is None:
+        if self.config.box and data.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
-        self.seed = setup.seeds.seed(f"attack.{self.name}")
-
-    def closed_form(self, model, input_shape) -> bool:
-        return self.batch_size == 1 and first_layer_on_input(model, int(np.prod(input_shape)))
+        return batch_size
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
@@ -156,7 +153,7 @@ class GradientInversion(Attack):
         first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
         lr = float(view.hyper["lr"])
         spec = view.data_spec
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         inversions = []
         for v in victims:  # one optimisation per victim; restarts and label candidates are batched inside
             sent = view.transcript.sent_by(int(v))[first].to(initial.dtype)
@@ -175,7 +172,7 @@ class GradientInversion(Attack):
                     gradient,
                     spec.input_shape,
                     spec.num_classes,
-                    self.batch_size,
+                    view.plan,
                     None,
                     spec.data_range,
                     self.config,

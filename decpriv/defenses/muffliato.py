@@ -1,4 +1,4 @@
-"""Muffliato's private gossip averaging (Cyffers, Even, Bellet, Massoulie 2022, Alg. 1; specs 7).
+"""Muffliato's private gossip averaging (Cyffers, Even, Bellet, Massoulie, NeurIPS 2022, Alg. 1).
 
 Every node clips its private value to the ball of radius C (so replacing it moves it by at most
 Delta = 2C), adds eta_v ~ N(0, sigma^2 C^2 I) ONCE, then the gossip protocol runs its K (optionally

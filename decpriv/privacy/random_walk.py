@@ -1,4 +1,4 @@
-"""Pairwise network DP of private random-walk SGD (Cyffers, Bellet, Basu 2024, Theorem; specs 8).
+"""Pairwise network DP of private random-walk SGD (Cyffers, Bellet, Basu, ICML 2024, Theorem).
 
 For T walk steps with Gaussian noise of multiplier s relative to the sensitivity (here s = sigma / 2:
 user-level clipping to C moves a gradient by up to 2C) and s^2 >= 2 alpha (alpha - 1), the loss of u

@@ -1,5 +1,5 @@
 """Renyi-DP accountant of the (subsampled) Gaussian mechanism via Google's dp-accounting library
-(Mironov 2017; Mironov, Talwar, Zhang 2019 for the sampled Gaussian; specs 6 and 9).
+(Mironov, CSF 2017; Mironov, Talwar, Zhang, arXiv:1908.10530, 2019, for the sampled Gaussian).
 
 - ``dpsgd`` (example level): every local step of a node is a Poisson-subsampled Gaussian with rate
   q = b / m_v (m_v its local set size) and noise multiplier sigma (add/remove adjacency, sensitivity C).

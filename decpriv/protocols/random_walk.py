@@ -1,4 +1,4 @@
-"""Private random-walk SGD (Cyffers, Bellet, Basu 2024; specs 8): one model (the token) walks along W.
+"""Private random-walk SGD (Cyffers, Bellet, Basu, ICML 2024): one model (the token) walks along W.
 
     theta^{t+1} = theta^t - lr * g_{v_t}(theta^t),   v_{t+1} ~ W[v_t, :]
 

@@ -41,6 +41,15 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def expand(overrides: list[str]) -> list[list[str]]:
+    """The jobs of a basic-sweeper command line (``a=1,2 b=x,y`` -> four override lists), as Hydra's
+    ``BasicSweeper`` runs them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+
+
 def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     """Number of jobs and swept keys of a basic-sweeper multirun, as Hydra's ``BasicSweeper`` expands it.
 
@@ -49,14 +58,13 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     (``task``); a command line override of the same key replaces that parameter (``seed=0`` fixes a swept
     seed). Counting the command line alone misses every parameter the preset sweeps.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     given = [f"{k}={v}" for k, v in (params or {}).items()] + list(task)
     parsed = OverridesParser.create().parse_overrides(given)
     final = {o.get_key_element(): o for o in parsed}  # the last override of a key wins, in first place
     keys = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
-    return len(BasicSweeper.split_arguments(parsed, None)[0]), keys
+    return len(expand(given)), keys
 
 
 def _params(hydra: Any) -> Any:

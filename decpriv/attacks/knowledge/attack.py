@@ -9,17 +9,16 @@ import pandas as pd
 import torch
 from torch.func import grad, vmap
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion.engine import InversionConfig, invert
 from decpriv.attacks.knowledge import dgd, gossip
-from decpriv.attacks.knowledge.images import psnr, ssim
 from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
+from decpriv.metrics.images import psnr, ssim
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -33,6 +32,14 @@ class Findings:
     nodes: np.ndarray  # the unknowns, in the order of knowledge's columns
     values: np.ndarray  # (len(nodes), ...) recovered private values or inputs
     gradients: np.ndarray | None  # D-GD: (len(nodes), p) recovered gradients of the local loss
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What prepare decided: which system to build (gossip or D-GD) over how many recorded steps T."""
+
+    protocol: str
+    steps: int
 
 
 class KnowledgeMatrix(Attack):
@@ -81,13 +88,10 @@ class KnowledgeMatrix(Attack):
             signed=True,
             labels="infer",
         )
-        self.generator: torch.Generator | None = None
-        self.steps: int | None = None
-        self.protocol = ""
 
-    def check(self, setup: Setup) -> None:
-        protocol = setup.protocol
-        if not setup.adversary.nodes.size:
+    def prepare(self, context: AttackContext) -> Plan:
+        protocol = context.protocol
+        if not context.adversary.nodes.size:
             raise bad(
                 "adversary.nodes",
                 [],
@@ -101,10 +105,10 @@ class KnowledgeMatrix(Attack):
                 "the knowledge-matrix attack reads gossip or D-GD",
                 "use protocol=gossip or dsgd",
             )
-        if len(setup.adversary.nodes) == setup.network.n:
+        if len(context.adversary.nodes) == context.network.n:
             raise bad(
                 "adversary.count",
-                setup.network.n,
+                context.network.n,
                 "every node is an attacker, nothing is left to reconstruct",
                 "corrupt fewer nodes",
             )
@@ -115,7 +119,7 @@ class KnowledgeMatrix(Attack):
                 "K_T is built for plain gossip x^{t+1} = W x^t",
                 "use protocol.accelerated=false",
             )
-        self.steps = self.horizon(setup)
+        steps = self.horizon(context)
         if self.exact:
             if protocol.name != "gossip":
                 raise bad(
@@ -124,25 +128,25 @@ class KnowledgeMatrix(Attack):
                     "exact mode decides the gossip system only",
                     "use attack.exact=false with protocol=dsgd",
                 )
-            rational_matrix(setup.network.W)
-        if self.image_metrics and not setup.dataset.is_image:
+            rational_matrix(context.network.W)
+        if self.image_metrics and not context.data.is_image:
             raise bad(
                 "attack.image_metrics",
                 True,
-                f"data={setup.dataset.name} is not image data",
+                f"data={context.data.name} is not image data",
                 "set attack.image_metrics=false or use image data",
             )
         if protocol.name == "dsgd":
-            self.check_dgd(setup)
-        self.protocol = protocol.name
+            self.check_dgd(context)
+        return Plan(protocol.name, steps)
 
-    def horizon(self, setup: Setup) -> int:
+    def horizon(self, context: AttackContext) -> int:
         """T: ``attack.steps`` recorded steps (``fig2``: El Mrini et al.'s int(min(n p_20 / |A|, n / 2)))."""
-        rounds = setup.protocol.rounds
+        rounds = context.protocol.rounds
         if self.steps_rule is None:
             return rounds
         if self.steps_rule == "fig2":
-            mean_degree = setup.network.graph.graph.get("mean_degree")
+            mean_degree = context.network.graph.graph.get("mean_degree")
             if mean_degree is None:
                 raise bad(
                     "attack.steps",
@@ -150,7 +154,7 @@ class KnowledgeMatrix(Attack):
                     "the fig2 horizon needs topology=erdos_renyi_mean_degree",
                     "use attack.steps=null or an int",
                 )
-            steps = fig2_horizon(setup.network.n, mean_degree, len(setup.adversary.nodes))
+            steps = fig2_horizon(context.network.n, mean_degree, len(context.adversary.nodes))
         else:
             steps = self.steps_rule
         if steps > rounds:
@@ -162,8 +166,8 @@ class KnowledgeMatrix(Attack):
             )
         return steps
 
-    def check_dgd(self, setup: Setup) -> None:
-        p = setup.protocol
+    def check_dgd(self, context: AttackContext) -> None:
+        p = context.protocol
         for key, value, need, fix in (
             ("batch_size", p.batch_size, None, "null (full batch, D-GD)"),
             ("gossip_steps", p.gossip_steps, 1, "1"),
@@ -179,26 +183,25 @@ class KnowledgeMatrix(Attack):
                     "the D-GD attack (El Mrini et al., Sec. 4) assumes D-GD",
                     f"use protocol.{key}={fix}",
                 )
-        if int(setup.local.mask.sum(1).max()) != 1:
+        if int(context.data.local_sizes.max()) != 1:
             raise bad(
                 "partition",
-                setup.cfg.partition.get("_target_", "?"),
+                context.choices.get("partition", "?"),
                 "the D-GD attack assumes one sample per node",
                 "use partition=one_per_node",
             )
-        if setup.model.loss_name != "cross_entropy" and dgd.first_layer(setup.model) is None:
+        if context.model.loss_name != "cross_entropy" and dgd.first_layer(context.model) is None:
             raise bad(
                 "model",
-                setup.cfg.model.get("_target_", "?"),
+                context.choices.get("model", "?"),
                 "inverting gradients reads the label off a cross-entropy gradient",
                 "use a classifier (softmax, mlp, cnn)",
             )
-        self.generator = setup.seeds.torch("attack.inversion")
 
     def run(self, view: View) -> Findings:
-        if self.protocol == "dsgd":
+        if view.plan.protocol == "dsgd":
             return self.run_dgd(view)
-        floating, rational = gossip.reconstruct(view, self.steps, self.rcond, self.tol, self.exact)
+        floating, rational = gossip.reconstruct(view, view.plan.steps, self.rcond, self.tol, self.exact)
         return Findings("gossip", floating, rational, np.arange(view.network.n), floating.estimate, None)
 
     def run_dgd(self, view: View) -> Findings:
@@ -226,6 +229,7 @@ class KnowledgeMatrix(Attack):
         module_dtype = next(model.module.parameters()).dtype
         model.module.double()
         inputs = np.zeros((len(gradients), int(np.prod(spec.input_shape))))
+        generator = view.seeds.torch("attack.inversion")
         try:
             for i in np.flatnonzero(determined):
                 found = invert(
@@ -236,7 +240,7 @@ class KnowledgeMatrix(Attack):
                     spec.num_classes,
                     data_range=spec.data_range,
                     config=self.inversion,
-                    generator=self.generator,
+                    generator=generator,
                 )
                 inputs[i] = found.x.reshape(-1).numpy()
         finally:
@@ -278,7 +282,7 @@ class KnowledgeMatrix(Attack):
         table.loc[findings.nodes, "error"] = err.numpy()
         summary = {
             "attackers": int(attacker.sum()),
-            "knowledge_steps": self.steps,
+            "knowledge_steps": view.plan.steps,
             "knowledge_rows": k.rows,
             "knowledge_rank": k.rank,
             "unknowns": len(findings.nodes),
@@ -358,7 +362,7 @@ class KnowledgeMatrix(Attack):
                 model.module.to(module_dtype)
 
     def title(self, summary: dict, view: View) -> str:
-        steps = self.steps
+        steps = view.plan.steps
         return (
             f"{summary['attackers']} attacker(s), T={steps}: {summary['reconstructed_honest']} others reconstructed, "
             f"rank K_T = {summary['knowledge_rank']}"

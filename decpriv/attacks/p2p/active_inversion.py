@@ -16,14 +16,13 @@ import pandas as pd
 import torch
 
 from decpriv.adversary.behaviour import Forgery
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import image_grid
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -77,11 +76,11 @@ class ActiveInversion(Attack):
         if round is not None and round < 0:
             raise bad("attack.round", round, "rounds start at 0", "use a round >= 0 or null")
         self.round, self.victim, self.tiny = round, victim, min_bias_gradient
-        self.forger: TrapOverride | None = None
-        self.start = 0
 
-    def check(self, setup: Setup) -> None:
-        proto, model, net, adv = setup.protocol, setup.model, setup.network, setup.adversary
+    def prepare(self, context: AttackContext) -> TrapOverride:
+        """Plan: the forger (trap weights from the attackers' own inputs, victims, override round); it keeps
+        the models it sent for ``run``."""
+        proto, model, net, adv = context.protocol, context.model, context.network, context.adversary
         if proto.name != "dsgd" or proto.gossip_steps != 1:
             raise bad(
                 "protocol",
@@ -107,43 +106,38 @@ class ActiveInversion(Attack):
                 "override and read need two rounds",
                 "use protocol.rounds >= 2",
             )
-        self.start = proto.rounds - 2 if self.round is None else self.round
-        if self.start > proto.rounds - 2:
+        start = proto.rounds - 2 if self.round is None else self.round
+        if start > proto.rounds - 2:
             raise bad(
                 "attack.round",
                 self.round,
                 f"the read happens one round later; the run has {proto.rounds}",
                 f"use 0..{proto.rounds - 2}",
             )
-        override_targets(net, adv, self.victim)
-
-    def behaviour(self, setup: Setup) -> TrapOverride:
-        net, adv = setup.network, setup.adversary
         victims, forgers, heard = override_targets(net, adv, self.victim)
-        local = setup.local
-        own = local.x[adv.nodes][local.mask[adv.nodes]].flatten(1).double()
-        trap = trap_weights(
-            own, setup.model.shapes[0], setup.protocol.batch_size, setup.seeds.torch("attack.trap")
-        )
-        self.forger = TrapOverride(
+        own = context.own_x[context.own_mask].flatten(1).double()
+        trap = trap_weights(own, model.shapes[0], proto.batch_size, context.seeds.torch("attack.trap"))
+        return TrapOverride(
             trap,
             network=net,
             attackers=adv.nodes,
             victims=victims,
             forgers=forgers,
             senders=heard,
-            start=self.start,
+            start=start,
             rushing=True,
             target="own",
         )
-        return self.forger
+
+    def behaviour(self, context: AttackContext, plan: TrapOverride) -> TrapOverride:
+        return plan
 
     def run(self, view: View) -> Extracted:
-        f = self.forger
+        f = view.plan
         rounds = view.transcript.times[:, 0]
-        row = int(np.flatnonzero(rounds == self.start + 1)[0])
+        row = int(np.flatnonzero(rounds == f.start + 1)[0])
         sent = view.transcript.values[row][torch.as_tensor(columns(view.transcript, f.victims))]
-        g = (f.targets[self.start].to(sent.dtype) - sent) / view.hyper["lr"]
+        g = (f.targets[f.start].to(sent.dtype) - sent) / view.hyper["lr"]
         h, d = view.model.shapes[0]
         dW = g[:, : h * d].reshape(-1, h, d)
         db = g[:, h * d : h * d + h]

@@ -14,14 +14,13 @@ import pandas as pd
 import torch
 
 from decpriv.adversary.behaviour import Behaviour, Forgery
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import metric_plot
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 VARIANTS = ("marginalised", "received")
@@ -70,24 +69,21 @@ class Echo(Attack):
         if every < 1:
             raise bad("attack.every", every, "must be at least 1", "use e.g. attack.every=5")
         self.victim, self.variant, self.every, self.thresholds = victim, variant, every, thresholds
-        self.chosen = -1
 
-    def check(self, setup: Setup) -> None:
-        net, adv = setup.network, setup.adversary
-        if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
+    def prepare(self, context: AttackContext) -> int:
+        """Plan: the neighbour whose update is echoed (``attack.victim`` or the least connected)."""
+        net, adv, protocol = context.network, context.adversary, context.protocol
+        if protocol.name != "dsgd" or protocol.gossip_steps != 1:
+            raise bad("protocol", protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1")
+        if context.data.test_size == 0:
             raise bad(
-                "protocol", setup.protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1"
+                "data", context.data.name, "no held-out set to score against", "use data with a test split"
             )
-        if len(setup.dataset.x_test) == 0:
-            raise bad(
-                "data", setup.dataset.name, "no held-out set to score against", "use data with a test split"
-            )
-        self.seeds = setup.seeds
         require_neighbours(net, adv.nodes)
         a = int(adv.nodes[0])
         if self.victim is not None:
             require_victim(net, a, self.victim)
-            self.chosen = self.victim
+            return self.victim
         else:
             hood = np.setdiff1d(net.neighbours(a), adv.nodes)
             if hood.size == 0:
@@ -97,12 +93,12 @@ class Echo(Attack):
                     f"attacker {a} has only corrupt neighbours",
                     "corrupt fewer nodes",
                 )
-            self.chosen = int(hood[np.argmin(net.degrees[hood])])
+            return int(hood[np.argmin(net.degrees[hood])])
 
-    def behaviour(self, setup: Setup) -> Echoing:
-        a = int(setup.adversary.nodes[0])
-        senders = setup.adversary.observed_senders(setup.network)
-        return Echoing(a, self.chosen, closed(setup.network, a), senders, self.variant)
+    def behaviour(self, context: AttackContext, plan: int) -> Echoing:
+        a = int(context.adversary.nodes[0])
+        senders = context.adversary.observed_senders(context.network)
+        return Echoing(a, plan, closed(context.network, a), senders, self.variant)
 
     def run(self, view: View) -> Echoed:
         a = int(view.attackers[0])
@@ -115,17 +111,17 @@ class Echo(Attack):
                 "round": rounds[r_idx.ravel()],
                 "victim": watched[v_idx.ravel()],
                 "attacker": a,
-                "view": np.where(watched[v_idx.ravel()] == self.chosen, "echo_victim", "other_neighbour"),
+                "view": np.where(watched[v_idx.ravel()] == view.plan, "echo_victim", "other_neighbour"),
                 "consensus_estimate": np.nan,
                 "marginalised": False,
             }
         )
         return Echoed(
-            self.chosen, watched, rounds, models, Targets(table, models.reshape(-1, models.shape[-1]))
+            view.plan, watched, rounds, models, Targets(table, models.reshape(-1, models.shape[-1]))
         )
 
     def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Report:
-        table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds, self.seeds).table
+        table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds, view.seeds).table
         local = truth.local
         v = torch.as_tensor(table.victim.to_numpy().copy())
         with torch.no_grad():

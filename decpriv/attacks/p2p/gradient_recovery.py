@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch.func import grad, vmap
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.p2p.neighbourhood import (
@@ -29,7 +29,6 @@ from decpriv.attacks.p2p.neighbourhood import (
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import image_grid
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -116,33 +115,30 @@ class GradientRecovery(Attack):
             if value < low:
                 raise bad(f"attack.{key}", value, f"must be at least {low}", f"set attack.{key} >= {low}")
         self.invert, self.config = invert, InversionConfig(iterations=iterations, restarts=restarts)
-        self.generator: torch.Generator | None = None
 
-    def check(self, setup: Setup) -> None:
-        if setup.protocol.name != "dsgd":
-            raise bad("protocol", setup.protocol.name, "recovery reads D-PSGD updates", "use protocol=dsgd")
-        if setup.protocol.gossip_steps != 1:
+    def prepare(self, context: AttackContext) -> None:
+        proto, network, adversary = context.protocol, context.network, context.adversary
+        if proto.name != "dsgd":
+            raise bad("protocol", proto.name, "recovery reads D-PSGD updates", "use protocol=dsgd")
+        if proto.gossip_steps != 1:
             raise bad(
                 "protocol.gossip_steps",
-                setup.protocol.gossip_steps,
+                proto.gossip_steps,
                 "the attacker only sees the first gossip step's messages",
                 "use protocol.gossip_steps=1 (D-PSGD)",
             )
-        require_neighbours(setup.network, setup.adversary.nodes)
-        heard = setup.adversary.observed_senders(setup.network)
-        hoods = setup.network.adjacency[setup.adversary.nodes].indices
-        informed = [v for v in np.unique(hoods) if np.isin(setup.network.neighbours(v), heard).all()]
+        require_neighbours(network, adversary.nodes)
+        heard = adversary.observed_senders(network)
+        hoods = network.adjacency[adversary.nodes].indices
+        informed = [v for v in np.unique(hoods) if np.isin(network.neighbours(v), heard).all()]
         if not informed:
             raise bad(
                 "adversary.nodes",
-                setup.adversary.nodes.tolist(),
+                adversary.nodes.tolist(),
                 "no neighbour of the attackers has all its own neighbours among the attackers' neighbours",
                 "add corrupt nodes or pick better-connected ones (adversary.strategy=max_degree)",
             )
-
-        proto = setup.protocol
         check_single_sgd_step(proto, self.invert)
-        self.generator = setup.seeds.torch("attack.inversion")
 
     def run(self, view: View) -> Recovered:
         found = recover(view)
@@ -150,6 +146,7 @@ class GradientRecovery(Attack):
             return found
         hyper, spec = view.hyper, view.data_spec
         rows = range(min(self.invert, len(found.table)))
+        generator = view.seeds.torch("attack.inversion")
         found.images = torch.stack(
             [
                 invert(
@@ -161,7 +158,7 @@ class GradientRecovery(Attack):
                     batch_size=hyper["batch_size"],
                     data_range=spec.data_range,
                     config=self.config,
-                    generator=self.generator,
+                    generator=generator,
                 ).x
                 for k in rows
             ]

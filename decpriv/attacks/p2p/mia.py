@@ -15,7 +15,7 @@ import torch
 from matplotlib.figure import Figure
 from torch.func import vmap
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import (
     closed,
@@ -32,7 +32,6 @@ from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Report
 from decpriv.report.plots import plt
 from decpriv.rng import Seeds
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -362,54 +361,54 @@ class MembershipInference(Attack):
             )
         self.score, self.every, self.marginalize, self.thresholds = score, every, marginalize, thresholds
         self.permutations = permutations
-        self.federated = False
-        self.seeds = Seeds(0)
 
-    def check(self, setup: Setup) -> None:
-        if len(setup.dataset.x_test) == 0:
+    def prepare(self, context: AttackContext) -> bool:
+        """Plan: whether the view is a FedAvg server's (every update) rather than a D-PSGD node's."""
+        data, protocol, adversary, network = (
+            context.data,
+            context.protocol,
+            context.adversary,
+            context.network,
+        )
+        if data.test_size == 0:
             raise bad(
-                "data",
-                setup.dataset.name,
-                "no held-out set to draw non-members from",
-                "use data with a test split",
+                "data", data.name, "no held-out set to draw non-members from", "use data with a test split"
             )
-        if setup.dataset.task != "classification":
+        if data.task != "classification":
             raise bad(
                 "data",
-                setup.dataset.name,
+                data.name,
                 "membership scores need class probabilities",
                 "use a classification data set",
             )
-        self.seeds = setup.seeds
-        self.federated = setup.protocol.name in ("fedavg", "fedsgd")
-        if self.federated:
-            seen = setup.adversary.observed_senders(setup.network)
-            if len(seen) < setup.network.n:
+        if protocol.name in ("fedavg", "fedsgd"):
+            if len(adversary.observed_senders(network)) < network.n:
                 raise bad(
                     "adversary.eavesdropper",
-                    setup.adversary.eavesdropper,
+                    adversary.eavesdropper,
                     "the FedAvg server view needs every update",
                     "set adversary.eavesdropper=true",
                 )
-            return
-        if setup.protocol.name != "dsgd":
+            return True
+        if protocol.name != "dsgd":
             raise bad(
                 "protocol",
-                setup.protocol.name,
+                protocol.name,
                 "this attack reads D-PSGD or FedAvg updates",
                 "use protocol=dsgd or fedavg",
             )
-        require_neighbours(setup.network, setup.adversary.nodes)
+        require_neighbours(network, adversary.nodes)
+        return False
 
     def run(self, view: View) -> Targets:
         rounds = attacked_rounds(view, self.every)
-        if self.federated:
+        if view.plan:
             return fl_targets(view, rounds)
         return dl_targets(view, rounds, self.marginalize)
 
     def evaluate(self, findings: Targets, truth: Truth, view: View) -> Report:
         return mia_report(
             score_targets(
-                view.model, findings, truth, self.score, self.thresholds, self.seeds, self.permutations
+                view.model, findings, truth, self.score, self.thresholds, view.seeds, self.permutations
             )
         )

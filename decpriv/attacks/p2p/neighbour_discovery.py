@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
 from decpriv.errors import bad
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -92,11 +91,10 @@ class NeighbourDiscovery(Attack):
         if not 1 <= max_free <= 20:
             raise bad("attack.max_free", max_free, "2^max_free subsets are searched", "use 1..20")
         self.max_free = max_free
-        self.rank = 0
-        self.seed = 0
 
-    def check(self, setup: Setup) -> None:
-        proto, model = setup.protocol, setup.model
+    def prepare(self, context: AttackContext) -> int:
+        """Plan: the rank of one round's first-layer update, batch x local steps + 1 (the sketch's size)."""
+        proto, model = context.protocol, context.model
         if proto.name != "dsgd" or proto.gossip_steps != 1:
             raise bad(
                 "protocol", proto.name, "discovery reads D-PSGD updates", "use protocol=dsgd gossip_steps=1"
@@ -113,16 +111,16 @@ class NeighbourDiscovery(Attack):
                 "use protocol.momentum=0 protocol.weight_decay=0",
             )
         shape = model.shapes[0]
-        batch = proto.batch_size if proto.batch_size is not None else int(setup.local.counts.max())
-        self.rank = batch * proto.local_steps + 1
-        if len(shape) != 2 or self.rank > min(shape):
+        batch = proto.batch_size if proto.batch_size is not None else int(context.data.local_sizes.max())
+        rank = batch * proto.local_steps + 1
+        if len(shape) != 2 or rank > min(shape):
             raise bad(
                 "protocol.batch_size",
                 proto.batch_size,
-                f"the first layer {shape} must be a linear layer wider than batch x local steps ({self.rank - 1})",
+                f"the first layer {shape} must be a linear layer wider than batch x local steps ({rank - 1})",
                 "use model=mlp with a smaller batch",
             )
-        adv, net = setup.adversary, setup.network
+        adv, net = context.adversary, context.network
         if not adv.eavesdropper:
             require_neighbours(net, adv.nodes)
         heard = net.n if adv.eavesdropper else int(net.degrees[adv.nodes].max()) + 1
@@ -134,14 +132,15 @@ class NeighbourDiscovery(Attack):
                 f"the search would range over 2^{free} subsets",
                 f"raise attack.max_free to {free} or use a smaller graph",
             )
-        self.seed = setup.seeds.seed("attack.sketch")
+        return rank
 
     def run(self, view: View) -> Discovered:
         rounds = recorded_rounds(view.transcript)
         h, d = view.model.shapes[0]
-        gen = torch.Generator().manual_seed(self.seed)
-        psi = torch.randn(self.rank, h, generator=gen, dtype=torch.float64)
-        omega = torch.randn(d, self.rank, generator=gen, dtype=torch.float64)
+        rank = view.plan
+        gen = torch.Generator().manual_seed(view.seeds.seed("attack.sketch"))
+        psi = torch.randn(rank, h, generator=gen, dtype=torch.float64)
+        omega = torch.randn(d, rank, generator=gen, dtype=torch.float64)
 
         def first_layer(pool: np.ndarray) -> torch.Tensor:
             U = updates(view.transcript, pool)

@@ -16,13 +16,12 @@ import torch
 
 from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.behaviour import Behaviour, Forgery
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 TARGETS = ("own", "zeros")
@@ -145,35 +144,30 @@ class StateOverride(Attack):
         if start is not None and start < 0:
             raise bad("attack.start", start, "rounds start at 0", "use a round >= 0 or null (last round)")
         self.victim, self.start, self.rushing, self.target = victim, start, rushing, target
-        self.forger: Override | None = None
-        self.rounds = 0
 
-    def check(self, setup: Setup) -> None:
-        net, adv = setup.network, setup.adversary
-        if setup.protocol.name != "dsgd" or setup.protocol.gossip_steps != 1:
+    def prepare(self, context: AttackContext) -> Override:
+        """Plan: the forger itself (victims, start round); it keeps the models it aimed at for ``run``."""
+        net, adv, protocol = context.network, context.adversary, context.protocol
+        if protocol.name != "dsgd" or protocol.gossip_steps != 1:
             raise bad(
                 "protocol",
-                setup.protocol.name,
+                protocol.name,
                 "the override targets D-PSGD's averaging",
                 "use protocol=dsgd gossip_steps=1",
             )
-        self.rounds = setup.protocol.rounds
-        if self.start is not None and self.start >= self.rounds:
-            raise bad(
-                "attack.start", self.start, f"the run has {self.rounds} rounds", f"use 0..{self.rounds - 1}"
-            )
-        override_targets(net, adv, self.victim)
-
-    def behaviour(self, setup: Setup) -> Override:
-        net, adv = setup.network, setup.adversary
+        rounds = protocol.rounds
+        if self.start is not None and self.start >= rounds:
+            raise bad("attack.start", self.start, f"the run has {rounds} rounds", f"use 0..{rounds - 1}")
         victims, forgers, heard = override_targets(net, adv, self.victim)
-        start = self.rounds - 1 if self.start is None else self.start
-        self.forger = Override(net, adv.nodes, victims, forgers, heard, start, self.rushing, self.target)
-        return self.forger
+        start = rounds - 1 if self.start is None else self.start
+        return Override(net, adv.nodes, victims, forgers, heard, start, self.rushing, self.target)
+
+    def behaviour(self, context: AttackContext, plan: Override) -> Override:
+        return plan
 
     def run(self, view: View) -> Overridden:
-        forger = self.forger
-        last = self.rounds - 1
+        forger = view.plan
+        last = int(view.hyper["rounds"]) - 1
         senders = np.sort(view.transcript.senders)
         honest_msgs = view.transcript.values[-1][torch.as_tensor(columns(view.transcript, senders))]
         W = torch.as_tensor(view.network.W[forger.victims][:, senders].toarray(), dtype=honest_msgs.dtype)

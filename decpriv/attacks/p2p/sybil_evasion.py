@@ -22,7 +22,7 @@ import torch
 
 from decpriv.adversary.adversary import SybilPair
 from decpriv.adversary.recorder import Transcript
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.p2p.gradient_recovery import Recovered, check_single_sgd_step, score_images
@@ -33,7 +33,6 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Report
 from decpriv.report.plots import plt
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 EXACT = 1e-6  # relative error below which a recovery counts as exact (float64 runs)
@@ -150,10 +149,10 @@ class SybilEvasion(Attack):
             raise bad("attack.score", score, "unknown membership score", f"use one of {', '.join(SCORES)}")
         self.invert, self.config = invert, InversionConfig(iterations=iterations, restarts=restarts)
         self.score, self.every, self.thresholds, self.permutations = score, every, thresholds, permutations
-        self.pair: SybilPair | None = None
 
-    def check(self, setup: Setup) -> None:
-        proto, net, pair = setup.protocol, setup.network, setup.adversary.sybils
+    def prepare(self, context: AttackContext) -> SybilPair:
+        """Plan: the victim and its two Sybils."""
+        proto, net, pair, data = context.protocol, context.network, context.adversary.sybils, context.data
         if proto.name != "dsgd" or proto.gossip_steps != 1:
             raise bad(
                 "protocol",
@@ -172,28 +171,28 @@ class SybilEvasion(Attack):
             if np.isnan(group_of(net, g)[1]):
                 raise bad(
                     "gossip_matrix",
-                    setup.cfg.get("gossip_matrix", {}).get("_target_", "?"),
+                    context.choices.get("gossip_matrix", "?"),
                     f"Sybil {g} weights its group's members unequally, so its sum cannot be un-weighted",
                     "use gossip_matrix=uniform (D-PSGD)",
                 )
-        if len(setup.dataset.x_test) == 0 or setup.dataset.task != "classification":
+        if data.test_size == 0 or data.task != "classification":
             raise bad(
                 "data",
-                setup.dataset.name,
+                data.name,
                 "membership inference needs a classification test set",
                 "use e.g. data=digits",
             )
         check_single_sgd_step(proto, self.invert)
-        self.pair, self.seeds = pair, setup.seeds
-        self.generator = setup.seeds.torch("attack.inversion")
+        return pair
 
     def run(self, view: View) -> Evasion:
-        found = evade(view, self.pair, self.seeds.torch("attack.noise"))
+        found = evade(view, view.plan, view.seeds.torch("attack.noise"))
         if not self.invert:
             return found
         known = np.flatnonzero(~torch.isnan(found.bases).any(1).numpy())[: self.invert]
         steps = found.bases[known] - found.recovered[known]
         hyper, spec = view.hyper, view.data_spec
+        generator = view.seeds.torch("attack.inversion")
         images = [
             invert(
                 view.model,
@@ -204,18 +203,18 @@ class SybilEvasion(Attack):
                 batch_size=hyper["batch_size"],
                 data_range=spec.data_range,
                 config=self.config,
-                generator=self.generator,
+                generator=generator,
             ).x
             for k, step in zip(known, steps, strict=True)
         ]
-        table = pd.DataFrame({"round": found.rounds[known], "victim": self.pair.victim})
+        table = pd.DataFrame({"round": found.rounds[known], "victim": view.plan.victim})
         found.recovery = Recovered(table, found.bases[known], steps, pd.DataFrame(), torch.stack(images))
         return found
 
     def truth_updates(self, truth: Truth, view: View) -> torch.Tensor:
         """(R, p) what v really sent each round: the plain messages behind the masks (SA), else the
         plain broadcast the transcript already holds."""
-        T, v = view.transcript, self.pair.victim
+        T, v = view.transcript, view.plan.victim
         rows = np.flatnonzero(T.times[:, 1] == 0)
         if "plain_messages" in truth.extras:
             col = int(np.searchsorted(truth.extras["plain_senders"], v))
@@ -223,7 +222,7 @@ class SybilEvasion(Attack):
         return received_from(T, rows, v, -1)
 
     def evaluate(self, findings: Evasion, truth: Truth, view: View) -> Report:
-        pair, rounds = self.pair, findings.rounds
+        pair, rounds = view.plan, findings.rounds
         true = self.truth_updates(truth, view).to(findings.recovered.dtype)
         norm = true.norm(dim=1).clamp_min(1e-300)
 
@@ -292,8 +291,8 @@ class SybilEvasion(Attack):
                 pd.DataFrame(
                     {
                         "round": rounds[pick],
-                        "victim": self.pair.victim,
-                        "attacker": self.pair.a,
+                        "victim": view.plan.victim,
+                        "attacker": view.plan.a,
                         "view": name,
                         "consensus_estimate": float("nan"),
                         "marginalised": False,
@@ -310,7 +309,7 @@ class SybilEvasion(Attack):
             truth,
             self.score,
             self.thresholds,
-            self.seeds,
+            view.seeds,
             self.permutations,
         )
         return mia_report(scored, prefix="sybil_mia")

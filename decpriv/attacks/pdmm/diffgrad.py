@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
@@ -37,7 +37,6 @@ from decpriv.attacks.pdmm.leak import (
 )
 from decpriv.errors import bad
 from decpriv.report.findings import Report
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -115,12 +114,13 @@ class DiffGrad(Attack):
             max_label_candidates=max_label_candidates,
         )
 
-    def check(self, setup: Setup) -> None:
-        check_pdmm(setup, self.name)
+    def prepare(self, context: AttackContext) -> InversionConfig:
+        """Plan: the inversion settings, labels optimised when enumerating them would cost too much."""
+        check_pdmm(context, self.name)
         check_theorem_form(
-            self.form, self.theta if self.theta is not None else setup.protocol.theta, "attack"
+            self.form, self.theta if self.theta is not None else context.protocol.theta, "attack"
         )
-        rounds = setup.protocol.rounds
+        rounds = context.protocol.rounds
         t_max = self.t_max or rounds
         if not 4 <= t_max <= rounds:
             raise bad("attack.t_max", self.t_max, f"the run has {rounds} rounds", f"use 4..{rounds} or null")
@@ -131,12 +131,12 @@ class DiffGrad(Attack):
                 f"differences up to round {t_max - 3} are leaked by t_max={t_max}",
                 f"use attack.round <= {t_max - 3}",
             )
-        if setup.dataset.task != "classification":
+        if context.data.task != "classification":
             raise bad(
-                "data", setup.dataset.task, "the attack enumerates class labels", "use a classification set"
+                "data", context.data.task, "the attack enumerates class labels", "use a classification set"
             )
-        batch = self.batch_size or int(setup.local.counts[setup.adversary.nodes[0]])
-        candidates = label_multisets(setup.dataset.num_classes, batch)
+        batch = self.batch_size or int(context.own_mask[0].sum())
+        candidates = label_multisets(context.data.num_classes, batch)
         if candidates > self.config.max_label_candidates:
             if self.labels == "enumerate":
                 raise bad(
@@ -145,8 +145,8 @@ class DiffGrad(Attack):
                     f"enumerating labels of a batch of {batch} needs {candidates} candidates",
                     f"raise it to {candidates} or use attack.labels=optimise",
                 )
-            self.config = replace(self.config, labels="optimise")
-        self.seed = setup.seeds.seed(f"attack.{self.name}")
+            return replace(self.config, labels="optimise")
+        return self.config
 
     def run(self, view: View) -> Reconstruction:
         a = Assumed.resolve(view.hyper, self.rho, self.theta, self.update, self.alpha, self.mu)
@@ -166,7 +166,7 @@ class DiffGrad(Attack):
             return Reconstruction(
                 victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic"
             )
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         xs, ys, objectives = [], [], []
         for v in range(len(victims)):  # one problem per victim; labels and restarts are batched inside
             inv = invert(
@@ -178,7 +178,7 @@ class DiffGrad(Attack):
                 batch,
                 None,
                 spec.data_range,
-                self.config,
+                view.plan,
                 generator,
             )
             xs.append(inv.x.detach().cpu())
@@ -199,7 +199,7 @@ class DiffGrad(Attack):
             "attack_oracle": self.oracle,
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
-            "attack_labels": self.config.labels if findings.method != "analytic" else "analytic",
+            "attack_labels": view.plan.labels if findings.method != "analytic" else "analytic",
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_l2_error_median": float(table["l2_error"].median()),
             "attack_undefined": int((~table["defined"]).sum()),
@@ -207,7 +207,7 @@ class DiffGrad(Attack):
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
-        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {self.config.labels}"
+        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {view.plan.labels}"
         if self.oracle:
             how += "; ORACLE: target from the true data, not the messages"
         recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"

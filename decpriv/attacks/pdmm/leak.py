@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.errors import bad
 from decpriv.protocols.pdmm import directed_edges, positions
 
@@ -158,16 +158,16 @@ def extract(
     )
 
 
-def check_pdmm(setup, attack: str) -> None:
+def check_pdmm(context: AttackContext, attack: str) -> None:
     """Refuse a protocol that sends no Delta z, or a threat model without eavesdropper and corrupt node."""
-    if getattr(setup.protocol, "recorder_kind", None) != "edges" or not hasattr(setup.protocol, "rho"):
+    if context.protocol.recorder_kind != "edges" or not hasattr(context.protocol, "rho"):
         raise bad(
             "protocol",
-            setup.protocol.name,
+            context.protocol.name,
             f"attack={attack} reads the Delta z messages of PDMM/ADMM",
             "use protocol=pdmm or protocol=admm",
         )
-    adv = setup.adversary
+    adv = context.adversary
     if not adv.eavesdropper or adv.nodes.size == 0:
         raise bad(
             "adversary",

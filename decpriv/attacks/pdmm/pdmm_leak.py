@@ -6,7 +6,7 @@ import pandas as pd
 import torch
 from torch.func import grad, vmap
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.pdmm.leak import (
     Assumed,
@@ -19,7 +19,6 @@ from decpriv.attacks.pdmm.leak import (
 from decpriv.errors import bad
 from decpriv.report.findings import Report
 from decpriv.report.plots import metric_plot
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 
 
@@ -56,16 +55,16 @@ class PDMMLeak(Attack):
         self.t_max, self.form, self.update = t_max, form, update
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
 
-    def check(self, setup: Setup) -> None:
-        check_pdmm(setup, self.name)
+    def prepare(self, context: AttackContext) -> None:
+        check_pdmm(context, self.name)
         check_theorem_form(
-            self.form, self.theta if self.theta is not None else setup.protocol.theta, "attack"
+            self.form, self.theta if self.theta is not None else context.protocol.theta, "attack"
         )
-        if self.t_max is not None and max(self.t_max) > setup.protocol.rounds:
+        if self.t_max is not None and max(self.t_max) > context.protocol.rounds:
             raise bad(
                 "attack.t_max",
                 self.t_max,
-                f"the run has {setup.protocol.rounds} rounds",
+                f"the run has {context.protocol.rounds} rounds",
                 "stop at most at protocol.rounds",
             )
 
