@@ -1,8 +1,14 @@
-"""Gradient inversion by a FedSGD / FedAvg server: the centralised baseline of every decentralized attack.
+"""Gradient inversion by a server: the centralised baseline of every decentralized attack.
 
-The server (``adversary.eavesdropper=true``, or the centre of a star) sees each client's model after
-one full-batch local step from the broadcast global model w, so the client's gradient is
-(w - w_i^{1/2}) / lr, and inverts it with :func:`decpriv.attacks.inversion.invert`:
+The server (``adversary.eavesdropper=true``, or the centre of a star) reads each client's first-round
+gradient off what it receives (:data:`LEAKS`) and inverts it with :func:`decpriv.attacks.inversion.invert`:
+
+- FedSGD / FedAvg with one full-batch step: the client's model after one step from the broadcast w, so
+  the gradient at w is (w - w_i^{1/2}) / lr;
+- centralized PDMM (Yu 2023, Sec. 5.1.1): z_{i|s}^1 and z_{s|i}^0 give w_i^1 = (z_{i|s}^1 + z_{s|i}^0) / 2
+  and, by the client's optimality condition, grad f_i(w_i^1) = -rho (z_{i|s}^1 - z_{s|i}^0) / 2.
+
+The inversions:
 
 - ``dlg``: Zhu et al. 2019 (Deep Leakage from Gradients): L2 gradient matching, L-BFGS, soft dummy labels
   optimised jointly with the input.
@@ -27,8 +33,35 @@ from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_i
 from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
+from decpriv.protocols.pdmm_centralized import star_server
 from decpriv.report.findings import Report
 from decpriv.truth import Truth
+
+
+def fedsgd_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(point, gradient) of a FedSGD client's first round: one full-batch step of size lr from w^0."""
+    initial = view.public["initial_model"].detach().cpu()
+    first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
+    sent = view.transcript.sent_by(client)[first].to(initial.dtype)
+    return initial, (initial - sent) / float(view.hyper["lr"])
+
+
+def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_i^1, grad f_i(w_i^1)) from round 1's z_{s|i}^0 and z_{i|s}^1 (Yu 2023, Eq. 5.1)."""
+    server = star_server(view.network)
+    first = int(np.flatnonzero(view.transcript.times[:, 0] == 1)[0])
+    up = view.transcript.sent_by(client, server)[first]
+    down = view.transcript.sent_by(server, client)[first]
+    return (up + down) / 2, -float(view.hyper["rho"]) * (up - down) / 2
+
+
+LEAKS = {"fedsgd": fedsgd_leak, "fedavg": fedsgd_leak, "pdmm_centralized": pdmm_centralized_leak}
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    batch_size: int  # how many samples each client's gradient sums or averages
+    protocol: str  # whose messages the gradient is read from (a key of LEAKS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,15 +115,16 @@ class GradientInversion(Attack):
             max_label_candidates=max_label_candidates,
         )
 
-    def prepare(self, context: AttackContext) -> int:
-        """Plan: the batch size each client's gradient averages (``attack.batch_size`` or their common set size)."""
+    def prepare(self, context: AttackContext) -> ServerPlan:
+        """Plan: the batch size behind each client's gradient (``attack.batch_size`` or their common set
+        size) and the protocol whose messages carry it."""
         protocol = context.protocol
-        if protocol.name not in ("fedsgd", "fedavg"):
+        if protocol.name not in LEAKS:
             raise bad(
                 "protocol",
                 protocol.name,
-                "this attack reads a FedSGD/FedAvg server's view",
-                "use protocol=fedsgd",
+                "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
+                "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
             )
         if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
             raise bad(
@@ -145,19 +179,16 @@ class GradientInversion(Attack):
             )
         if self.config.box and data.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
-        return batch_size
+        return ServerPlan(batch_size, protocol.name)
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
-        initial = view.public["initial_model"].detach().cpu()
-        first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
-        lr = float(view.hyper["lr"])
+        leak = LEAKS[view.plan.protocol]
         spec = view.data_spec
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         inversions = []
         for v in victims:  # one optimisation per victim; restarts and label candidates are batched inside
-            sent = view.transcript.sent_by(int(v))[first].to(initial.dtype)
-            gradient = (initial - sent) / lr
+            point, gradient = leak(view, int(v))
             if self.analytic:
                 x = analytic_inputs(view.model, gradient[None]).reshape(1, *spec.input_shape)
                 unknown = torch.full((1,), -1, dtype=torch.long)
@@ -168,11 +199,11 @@ class GradientInversion(Attack):
             inversions.append(
                 invert(
                     view.model,
-                    initial,
+                    point,
                     gradient,
                     spec.input_shape,
                     spec.num_classes,
-                    view.plan,
+                    view.plan.batch_size,
                     None,
                     spec.data_range,
                     self.config,
@@ -208,6 +239,7 @@ class GradientInversion(Attack):
             summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
             summary["attack_ssim"] = float(table["ssim"].mean())
             summary["attack_mse"] = float(table["mse"].mean())
+            summary["attack_mean_image_psnr"] = float(table["mean_image_psnr"].mean())
             title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
             figures[f"reconstructions/{self.name}.png"] = reconstruction_grid(
                 scored, data_range, "reconstructed", title
