@@ -233,20 +233,41 @@ def test_cli_decor_without_private_noise_exits_2_with_reason(cli):
     assert "defense.sigma_cdp=0" in proc.stderr and "exact sum" in proc.stderr
 
 
+# Allouah et al. 2024, Fig. 3a at epsilon = 10, read off the published figure (CDP, DECOR complete / torus /
+# ring, LDP); the authors' own code at their tuned settings gives 0.03-0.04 for CDP there (docs/privacy.md)
+PAPER_EPS10 = {
+    ("cdp", "complete"): 0.089,
+    ("decor", "complete"): 0.094,
+    ("decor", "torus"): 0.24,
+    ("decor", "ring"): 0.37,
+    ("ldp", "ring"): 4.8,
+}
+
+
 @pytest.mark.slow
-def test_decor_least_squares_preset_reproduces_paper_ordering(tmp_path):
-    """DECOR Fig. 3a at two budgets, one seed: CDP <= DECOR complete < DECOR torus < DECOR ring << LDP."""
-    for eps in (5, 10):
-        gaps = {}
-        for defense, topology in [("cdp", "complete"), ("ldp", "ring")] + [
-            ("decor", t) for t in ("complete", "torus", "ring")
-        ]:
-            overrides = ["experiment=decor_least_squares", f"defense={defense}", f"topology={topology}"]
-            result = run(
-                [*overrides, f"defense.epsilon={eps}", "seed=1"], tmp_path / f"{defense}_{topology}_{eps}"
-            )
-            assert result.summary["epsilon"] == pytest.approx(eps, rel=1e-6)
-            gaps[defense, topology] = result.summary["optimality_gap"]
-        assert gaps["cdp", "complete"] < gaps["decor", "complete"] < 3 * gaps["cdp", "complete"]
-        assert gaps["decor", "complete"] < gaps["decor", "torus"] < gaps["decor", "ring"]
-        assert gaps["decor", "ring"] < gaps["ldp", "ring"] / 5
+def test_decor_least_squares_tuned_couples_reproduce_paper_ordering_and_magnitudes(tmp_path):
+    """DECOR Fig. 3a at epsilon 10, seed 1, with the preset's claim selecting DECOR's best couple of the
+    budget per topology (App. D.2) at the authors' lr and clip: CDP < DECOR complete < torus < ring << LDP,
+    each within a factor 4 of the paper's figure."""
+    from omegaconf import OmegaConf
+
+    from decpriv.report.claims import measured, parse_claim
+
+    cfg = compose_config(["experiment=decor_least_squares"])[0]
+    claim = parse_claim(OmegaConf.to_container(cfg.claim))
+    cells = [("cdp", "complete", 1.2), ("ldp", "ring", 1.2)]
+    cells += [("decor", t, e) for t in ("complete", "torus", "ring") for e in (1.05, 1.2, 1.5)]
+    rows = []
+    for defense, topology, excess in cells:
+        overrides = ["experiment=decor_least_squares", f"defense={defense}", f"topology={topology}"]
+        overrides += [f"accountant.cdp_excess={excess}", "defense.epsilon=10", "seed=1"]
+        result = run(overrides, tmp_path / f"{defense}_{topology}_{excess}")
+        assert result.summary["epsilon"] == pytest.approx(10, rel=1e-6)
+        rows.append(result.summary)
+    table = measured(claim, pd.DataFrame(rows)).set_index(["defense", "topology"])
+    gap = table["mean"]
+
+    assert gap["cdp", "complete"] < gap["decor", "complete"] < gap["decor", "torus"] < gap["decor", "ring"]
+    assert gap["decor", "ring"] < gap["ldp", "ring"] / 5
+    for cell, paper in PAPER_EPS10.items():
+        assert paper / 4 < gap[cell] < 4 * paper, (cell, gap[cell], paper)
