@@ -12,10 +12,9 @@ from decpriv.adversary.view import View
 from decpriv.attacks.knowledge.matrix import (
     Knowledge,
     exact_knowledge,
-    gossip_certifier,
+    gossip_row_space,
     knowledge_blocks,
     observed_nodes,
-    row_space,
 )
 
 
@@ -36,9 +35,9 @@ def reconstruct(
     view: View, steps: int, rcond: float | None, tol: float, exact: bool
 ) -> tuple[Knowledge, Knowledge | None]:
     """The answer (with values) from the first ``steps`` recorded messages x^0 .. x^{T-1}: float64 where its
-    margins are clear, certified by modular arithmetic where not; when ``exact``, also sympy's rational RREF
-    of the same K_T (an independent check)."""
-    certify = gossip_certifier(view.network.W, view.attackers, steps)
-    floating = row_space(observations(view, steps), view.network.n, rcond, tol, certify)
+    margins are clear, certified by modular arithmetic where not (first, on large networks); when ``exact``,
+    also sympy's rational RREF of the same K_T (an independent check)."""
+    W, attackers = view.network.W, view.attackers
+    floating = gossip_row_space(W, attackers, steps, observations(view, steps), rcond, tol)
     rational = exact_knowledge(view.network.W, view.attackers, steps) if exact else None
     return floating, rational

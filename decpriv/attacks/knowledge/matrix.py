@@ -12,6 +12,14 @@ the null space. The distance of e_j from the row space is ||N[j, :]||: node j is
 most ``tol``. Both thresholds and the margins around them are reported, so a decision close to the edge is
 visible, not hidden (the reference code's fixed-threshold Gauss-Jordan silently fails at a few hundred nodes).
 
+Large networks (more than ``DENSE_LIMIT`` nodes): the dense float64 decision costs O(n^3) time and three n x n
+arrays (at n = 5000, minutes and 0.6 GB), and its long-horizon rows (W^t)[v, :], all close to 1/n, blur its
+margins. There the certified test comes first (:func:`.modular.full_rank_steps`): the rows are eliminated
+modulo a prime as they stream in, and once the leading t steps reach rank n over GF(p) they have full column
+rank over Q, so every node is determined, exactly. The values then solve the least-squares system of those
+leading rows only (the best-conditioned ones; the system is consistent, so any full-rank subset gives the
+same solution). When no prime reaches rank n, the dense path below decides as usual.
+
 Exact mode: the same rows over the rationals (W's entries are ratios of small integers for the usual gossip
 matrices), reduced to RREF with sympy's DomainMatrix; e_j is in the row space iff it is a row of the RREF.
 """
@@ -19,15 +27,18 @@ matrices), reduced to RREF with sympy's DomainMatrix; e_j is in the row space if
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import islice
+from math import lcm
 
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify
+from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify, full_rank_steps
 from decpriv.errors import ConfigError, bad
 
 MARGIN = 1e3  # how far from a threshold a float64 decision must lie to be taken without a certificate
+DENSE_LIMIT = 2000  # above this many nodes the certified full-rank test runs before the dense float64 one
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,12 +191,69 @@ def float_knowledge(
     rcond: float | None = None,
     tol: float = 1e-6,
     certified: bool = True,
+    dense_limit: int = DENSE_LIMIT,
 ) -> Knowledge:
     """Reconstructibility alone (no values): the benchmark's "build K_T and decide" (``certified``: hand
-    ambiguous margins to the modular certificate, as the attack does)."""
+    ambiguous margins to the modular certificate and, above ``dense_limit`` nodes, try the certified
+    full-rank test first, as the attack does)."""
     blocks = ((K_t, np.zeros((K_t.shape[0], 0))) for _, K_t in knowledge_blocks(W, attackers, steps))
+    return gossip_row_space(W, attackers, steps, blocks, rcond, tol, certified, dense_limit)
+
+
+def gossip_row_space(
+    W: sp.csr_array,
+    attackers: np.ndarray,
+    steps: int,
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]],
+    rcond: float | None,
+    tol: float,
+    certified: bool = True,
+    dense_limit: int = DENSE_LIMIT,
+) -> Knowledge:
+    """The gossip system's answer from its blocks (K_t, Y_t): certified full rank first on large networks
+    (module docstring), else :func:`row_space`."""
+    n = W.shape[0]
+    if certified and n > dense_limit:
+        try:
+            rows, d = rational_matrix(W)
+        except ConfigError:
+            rows = None
+        if rows is not None:
+            seen = observed_nodes(sp.csr_array(W != 0), attackers)
+            leading = full_rank_steps(IntegerMatrix.from_rows(rows, d, n), attackers, seen, steps)
+            if leading is not None:
+                total = len(attackers) + steps * len(seen)
+                return full_rank_knowledge(islice(blocks, leading + 1), n, total, tol, leading)
     check = gossip_certifier(W, attackers, steps) if certified else None
-    return row_space(blocks, W.shape[0], rcond, tol, check)
+    return row_space(blocks, n, rcond, tol, check)
+
+
+def full_rank_knowledge(
+    blocks: Iterator[tuple[np.ndarray, np.ndarray]], n: int, rows: int, tol: float, leading: int
+) -> Knowledge:
+    """Every node determined (full column rank, certified mod p by the caller); values by least squares on
+    the given leading blocks, through the folded QR (R11 is invertible: those rows have rank n)."""
+    R11, QtY, _ = fold_qr(blocks, n)
+    estimate = la.solve_triangular(R11, QtY, check_finite=False) if QtY.shape[1] else np.zeros((n, 0))
+    diagonal = np.abs(np.diag(R11))
+    numerics = {
+        "rank_cutoff": float("nan"),
+        "smallest_kept_singular_value": float("nan"),
+        "largest_dropped_singular_value": 0.0,
+        "distance_tolerance": tol,
+        "largest_distance_reconstructed": 0.0,
+        "smallest_distance_not_reconstructed": float("inf"),
+        "float_rank": float("nan"),
+        "float_ambiguous": float("nan"),
+        "decided_by": "modular",
+        "float_disagreements": float("nan"),
+        "certificate_primes": 1,
+        "certified_steps": leading,
+        # how well the values are conditioned: the spread of |diag R| bounds kappa(R11) from below
+        "r_diagonal_ratio": float(diagonal.min() / diagonal.max()),
+    }
+    ones = np.ones(n, dtype=bool)
+    return Knowledge(rows, n, ones, np.zeros(n), np.arange(n), estimate, numerics)
 
 
 def certifier(
@@ -225,6 +293,16 @@ def rational_matrix(W: sp.csr_array, max_denominator: int = 10**6) -> tuple[dict
     with denominator <= max_denominator, refused unless that reproduces the float to 1e-15."""
     coo = sp.coo_array(W)
     fractions = [Fraction(float(x)).limit_denominator(max_denominator) for x in coo.data]
+    # A diagonal that completes its row to 1 (metropolis_hastings, max_degree...) has the lcm of the row's
+    # denominators, past max_denominator on graphs of a few hundred nodes: read it as 1 - the row's others.
+    off = {}
+    for i, j, f in zip(coo.row.tolist(), coo.col.tolist(), fractions, strict=True):
+        if i != j:
+            off[i] = off.get(i, 0) + f
+    fractions = [
+        1 - off.get(i, 0) if i == j and abs(float(f) - x) > 1e-15 else f
+        for i, j, f, x in zip(coo.row.tolist(), coo.col.tolist(), fractions, coo.data, strict=True)
+    ]
     worst = max((abs(float(f) - x) for f, x in zip(fractions, coo.data, strict=True)), default=0.0)
     if worst > 1e-15:
         raise bad(
@@ -233,7 +311,7 @@ def rational_matrix(W: sp.csr_array, max_denominator: int = 10**6) -> tuple[dict
             f"the gossip matrix has an entry that is no small-denominator fraction (off by {worst:.1e})",
             "use attack.exact=false (float mode) or a rational gossip_matrix such as metropolis_hastings",
         )
-    d = int(np.lcm.reduce([f.denominator for f in fractions])) if fractions else 1
+    d = lcm(*(f.denominator for f in fractions))  # Python ints: lcm(1..60) overflows int64
     A: dict[int, dict[int, int]] = {}
     for i, j, f in zip(coo.row.tolist(), coo.col.tolist(), fractions, strict=True):
         A.setdefault(i, {})[j] = f.numerator * (d // f.denominator)
