@@ -1,11 +1,15 @@
 """Models as functions of a flat parameter vector: shapes, batched (vmap) gradients == per-node autograd."""
 
 import math
+import re
 
 import pytest
 import torch
 from torch import nn
 
+from decpriv.api import compose_config
+from decpriv.errors import ConfigError
+from decpriv.experiment import build
 from decpriv.models import architectures as arch
 
 
@@ -69,6 +73,30 @@ def test_init_same_and_different():
     diff = model.init(4, seed=1, same=False)
     assert not torch.equal(diff[0], diff[1])
     assert torch.equal(diff[0], same[0])
+
+
+def test_constant_init_from_the_config_and_default_init_unchanged():
+    """model.init_value=1 starts every node at the all-ones vector (DECOR's x^0 = 1); null keeps the
+    module's seeded random draw; a value that is not a finite number is refused naming the key."""
+    lsq = [
+        "data=least_squares",
+        "model=linear_regression",
+        "partition=contiguous",
+        "protocol.batch_size=null",
+        "~attack",
+    ]
+    ones = build(compose_config([*lsq, "model.init_value=1"])[0]).model
+    theta = ones.init(16, seed=3, same=False)
+    assert theta.shape == (16, 10) and theta.dtype == torch.float32
+    assert torch.equal(theta, torch.ones(16, 10))
+    x = torch.randn(5, 10)
+    torch.testing.assert_close(ones.forward(theta[0], x).squeeze(-1), x.sum(1))
+    default = build(compose_config(lsq)[0]).model.init(16, seed=3)
+    assert torch.equal(default, arch.linear_regression((10,), 0).init(16, seed=3))
+    assert float(default.abs().max()) < 1 / math.sqrt(10)  # nn.Linear's uniform(+-1/sqrt(fan_in))
+    for value in ("nan", "abc"):
+        with pytest.raises(ConfigError, match=re.escape("model.init_value=")):
+            build(compose_config([*lsq, f"model.init_value={value}"])[0])
 
 
 def test_unflatten_round_trip():

@@ -17,27 +17,39 @@ def _out(num_classes: int, binary_as_one: bool) -> int:
 
 
 def logistic(
-    input_shape: tuple[int, ...], num_classes: int, reduction: str | None = "mean", bias: bool = True
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    reduction: str | None = "mean",
+    bias: bool = True,
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """Binary logistic regression: one output, sigmoid, binary cross-entropy (labels 0/1)."""
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
-    return FunctionalModel(module, "binary_cross_entropy", reduction)
+    return FunctionalModel(module, "binary_cross_entropy", reduction, init_value)
 
 
 def softmax(
-    input_shape: tuple[int, ...], num_classes: int, reduction: str | None = "mean", bias: bool = True
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    reduction: str | None = "mean",
+    bias: bool = True,
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """Multinomial logistic (softmax) regression."""
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
-    return FunctionalModel(module, "cross_entropy", reduction)
+    return FunctionalModel(module, "cross_entropy", reduction, init_value)
 
 
 def linear_regression(
-    input_shape: tuple[int, ...], num_classes: int, reduction: str = "sum", bias: bool = False
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    reduction: str = "sum",
+    bias: bool = False,
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """x -> <w, x> with loss 1/2 (<w,x> - y)^2 summed over samples (DECOR's quadratics with bias=false)."""
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
-    return FunctionalModel(module, "half_squared_error", reduction)
+    return FunctionalModel(module, "half_squared_error", reduction, init_value)
 
 
 def mlp(
@@ -46,6 +58,7 @@ def mlp(
     hidden: tuple[int, ...] = (100,),
     activation: str = "relu",
     reduction: str | None = "mean",
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """Fully connected network (Yu 2023's 2-layer perceptron has hidden=(100,), ReLU)."""
     act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
@@ -55,7 +68,7 @@ def mlp(
         layers += [nn.Linear(width, h), act()]
         width = h
     layers.append(nn.Linear(width, num_classes))
-    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction, init_value)
 
 
 def cnn(
@@ -65,6 +78,7 @@ def cnn(
     hidden: int = 64,
     activation: str = "sigmoid",
     reduction: str | None = "mean",
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
     side allows), then a hidden linear layer. Sigmoid by default: smooth, so gradient inversion works
@@ -79,7 +93,7 @@ def cnn(
             side //= 2
         c = width
     layers += [nn.Flatten(), nn.Linear(c * side * side, hidden), act(), nn.Linear(hidden, num_classes)]
-    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction, init_value)
 
 
 class _Block(nn.Module):
@@ -108,6 +122,7 @@ def resnet20(
     width: int = 16,
     groups: int = 4,
     reduction: str | None = "mean",
+    init_value: float | None = None,
 ) -> FunctionalModel:
     """ResNet-20 (He et al. 2016, CIFAR variant: 3 stages x 3 basic blocks, widths 16/32/64).
 
@@ -125,4 +140,4 @@ def resnet20(
             layers.append(_Block(cin, w, 2 if stage > 0 and block == 0 else 1, groups))
             cin = w
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
-    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction)
+    return FunctionalModel(nn.Sequential(*layers), "cross_entropy", reduction, init_value)

@@ -12,12 +12,15 @@ n = 1024 costs more than the arithmetic (a batched outer product through bmm wit
 one, a 31 MB concatenation, the first-touch page faults of every fresh buffer).
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
+
+from decpriv.errors import bad
 
 
 def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -88,10 +91,28 @@ class FunctionalModel:
     ``reduction`` sets how a node's per-sample losses combine: ``mean`` (SGD convention) or ``sum``
     (Yu 2023's PDMM objective f_i, and DECOR's quadratics); None (a config's null) until :func:`decpriv.experiment.build`
     gives it the protocol's convention (``Protocol.reduction``).
+
+    ``init_value`` None keeps the module's own random initialisation; a number starts every parameter of
+    every node there (the least squares of Allouah et al., ICML 2024, Sec. 6.1, start at x^0 = 1 in the
+    authors' code, elfirdoussilab1/DECOR).
     """
 
-    def __init__(self, module: nn.Module, loss: str, reduction: str | None = "mean"):
+    def __init__(
+        self, module: nn.Module, loss: str, reduction: str | None = "mean", init_value: float | None = None
+    ):
+        if init_value is not None and (
+            isinstance(init_value, bool)
+            or not isinstance(init_value, int | float)
+            or not math.isfinite(init_value)
+        ):
+            raise bad(
+                "model.init_value",
+                init_value,
+                "the initial parameter value must be a finite number",
+                "use e.g. model.init_value=1.0, or null for the module's random initialisation",
+            )
         self.module = module
+        self.init_value = init_value
         self.loss_name = loss
         self.per_sample_loss = LOSSES[loss]
         self.reduction = reduction
@@ -113,7 +134,10 @@ class FunctionalModel:
         return torch.cat([dict(self.module.named_parameters())[k].detach().reshape(-1) for k in self.names])
 
     def init(self, n: int, seed: int, same: bool = True) -> torch.Tensor:
-        """(n, p) initial states: one draw of the module's default init for all nodes, or one per node."""
+        """(n, p) initial states: one draw of the module's default init for all nodes, or one per node;
+        every entry ``init_value`` when it is set."""
+        if self.init_value is not None:
+            return torch.full((n, self.p), float(self.init_value), dtype=self.flat().dtype)
         rows = []
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
