@@ -1,0 +1,150 @@
+"""Scale beyond the anchors: time and peak memory against n, each point in a fresh process (its own peak
+resident memory, ru_maxrss), with the growth exponent between consecutive sizes (time ~ n^k).
+
+- D-SGD, softmax regression (p = 650): Gaussian classes in 64 dimensions, 10 classes, 4 samples per node,
+  batch 1, random 4-regular graph, 100 rounds, evaluated at the first and last round; the time is
+  ``experiment.build`` (data, graph, partition) plus ``simulate``, as the CLI runs them.
+- Knowledge-matrix attack on gossip (El Mrini et al. 2024): ER graphs with mean degree 2 ln n, 1% attackers,
+  T = 20, 64-dimensional private values: build K_T, decide which nodes are determined (certified) and solve
+  their values (:func:`decpriv.attacks.knowledge.matrix.gossip_row_space`, the attack's core).
+
+Run: ``.venv/bin/python -m benchmarks scale`` (``python -m benchmarks.bench_scale one dsgd 10000`` runs
+one point).
+"""
+
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+DSGD_SIZES = (1250, 2500, 5000, 10000)
+KNOWLEDGE_SIZES = (625, 1250, 2500, 5000)
+ROUNDS, STEPS, SHARE, DIM = 100, 20, 0.01, 64
+
+
+def dsgd_point(n: int) -> dict:
+    from decpriv import experiment
+    from decpriv.api import compose_config
+
+    begin = time.perf_counter()
+    overrides = [
+        "data=gaussian_classes",
+        f"data.size={math.ceil(4 * n / 0.75) + 1}",
+        f"data.dim={DIM}",
+        "data.num_classes=10",
+        "partition.per_node=4",
+        "topology=random_regular",
+        f"topology.n={n}",
+        "topology.d=4",
+        "model=softmax",
+        "protocol.batch_size=1",
+        f"protocol.rounds={ROUNDS}",
+        f"protocol.eval_every={ROUNDS}",
+    ]
+    setup = experiment.build(compose_config(overrides)[0])
+    built = time.perf_counter()
+    outcome = experiment.simulate(setup)[0]
+    done = time.perf_counter()
+    return {
+        "seconds": done - begin,
+        "build_s": built - begin,
+        "rounds_per_s": ROUNDS / (done - built),
+        "p": setup.model.p,
+        "test_accuracy": float(outcome.summary["test_accuracy"]),
+    }
+
+
+def knowledge_point(n: int) -> dict:
+    import networkx as nx
+    import scipy.sparse as sp
+
+    from decpriv.attacks.knowledge.matrix import gossip_row_space, knowledge_blocks
+    from decpriv.graphs.gossip_matrix import metropolis_hastings
+
+    seed = n
+    while not nx.is_connected(graph := nx.gnp_random_graph(n, 2 * np.log(n) / n, seed=seed)):
+        seed += 1000
+    W = sp.csr_array(metropolis_hastings(graph))
+    attackers = np.arange(max(1, round(SHARE * n)))
+    X = np.random.default_rng(0).normal(size=(n, DIM))
+    begin = time.perf_counter()
+    blocks = ((K_t, K_t @ X) for _, K_t in knowledge_blocks(W, attackers, STEPS))
+    k = gossip_row_space(W, attackers, STEPS, blocks, None, 1e-6)
+    seconds = time.perf_counter() - begin
+    error = np.abs(k.estimate[k.reconstructible] - X[k.reconstructible]).max(initial=0.0)
+    return {
+        "seconds": seconds,
+        "rows": k.rows,
+        "rank": k.rank,
+        "reconstructed": int(k.reconstructible.sum()),
+        "decided_by": k.numerics["decided_by"],
+        "certified_steps": k.numerics.get("certified_steps", "-"),
+        "max_value_error": float(error),
+    }
+
+
+def one(kind: str, n: int) -> None:
+    result = (dsgd_point if kind == "dsgd" else knowledge_point)(n)
+    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def run_point(kind: str, n: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_scale", "one", kind, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def growth(previous: tuple[int, float] | None, n: int, value: float) -> str:
+    if previous is None:
+        return "-"
+    return f"{math.log(value / previous[1]) / math.log(n / previous[0]):.2f}"
+
+
+def main() -> None:
+    print("each point in a fresh process; growth: exponent k of time ~ n^k (memory ~ n^k) from the row above")
+    print(f"D-SGD softmax, {ROUNDS} rounds, batch 1, 4 samples/node, random 4-regular graph")
+    print(
+        f"{'n':>6} {'seconds':>8} {'build_s':>8} {'rounds/s':>9} {'peak_MB':>8} {'time_k':>7} {'mem_k':>6} {'test_acc':>8}"
+    )
+    last_t = last_m = None
+    for n in DSGD_SIZES:
+        r = run_point("dsgd", n)
+        print(
+            f"{n:6d} {r['seconds']:8.1f} {r['build_s']:8.1f} {r['rounds_per_s']:9.1f} {r['peak_mb']:8.0f}"
+            f" {growth(last_t, n, r['seconds']):>7} {growth(last_m, n, r['peak_mb']):>6} {r['test_accuracy']:8.3f}",
+            flush=True,
+        )
+        last_t, last_m = (n, r["seconds"]), (n, r["peak_mb"])
+    print(
+        f"knowledge matrix, gossip: ER mean degree 2 ln n, {SHARE:.0%} attackers, T = {STEPS}, {DIM}-dim values"
+    )
+    print(
+        f"{'n':>6} {'seconds':>8} {'peak_MB':>8} {'time_k':>7} {'mem_k':>6} {'rows':>6} {'rank':>5}"
+        f" {'recon':>5} {'decided_by':>10} {'steps':>5} {'max_err':>8}"
+    )
+    last_t = last_m = None
+    for n in KNOWLEDGE_SIZES:
+        r = run_point("knowledge", n)
+        print(
+            f"{n:6d} {r['seconds']:8.1f} {r['peak_mb']:8.0f} {growth(last_t, n, r['seconds']):>7}"
+            f" {growth(last_m, n, r['peak_mb']):>6} {r['rows']:6d} {r['rank']:5d} {r['reconstructed']:5d}"
+            f" {r['decided_by']:>10} {r['certified_steps']!s:>5} {r['max_value_error']:8.1e}",
+            flush=True,
+        )
+        last_t, last_m = (n, r["seconds"]), (n, r["peak_mb"])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["one"]:
+        one(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
