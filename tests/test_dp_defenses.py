@@ -161,14 +161,14 @@ def test_accountant_cdp_excess_moves_decor_along_one_budget_and_leaves_ldp_alone
     for excess in (1.05, 1.5):
         overrides = [*LSQ, "topology=ring", "defense=decor", "accountant=secldp", "protocol.rounds=100"]
         setup = build(
-            compose_config([*overrides, "defense.epsilon=5", f"+accountant.cdp_excess={excess}"])[0]
+            compose_config([*overrides, "defense.epsilon=5", f"accountant.cdp_excess={excess}"])[0]
         )
         sigma_ldp = math.sqrt(2 / slope_for_epsilon(5, 100, 1e-5))  # clip 1, T = 100 full-batch steps
         assert setup.defense.sigma_cdp == pytest.approx(excess * sigma_ldp / 4)
         couples[excess] = setup.defense.sigma_cor
     assert couples[1.05] > 2 * couples[1.5] > 0
     with pytest.raises(ConfigError, match=re.escape("accountant.cdp_excess=1.0")):
-        build(compose_config([*LSQ, "defense=decor", "accountant=secldp", "+accountant.cdp_excess=1.0"])[0])
+        build(compose_config([*LSQ, "defense=decor", "accountant=secldp", "accountant.cdp_excess=1.0"])[0])
 
 
 def test_decor_close_to_cdp_and_far_better_than_ldp_on_least_squares(tmp_path):
