@@ -1,5 +1,7 @@
 """PDMM/ADMM and Theorem 1 leakage: loop == vectorised, the exact optimum, leaked differences == truth."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ from torch.func import grad, vmap
 
 from decpriv import experiment
 from decpriv.api import compose_config
-from decpriv.attacks.pdmm.leak import extract
+from decpriv.attacks.pdmm.leak import column, extract, links
 from decpriv.errors import ConfigError
 from decpriv.metrics.training import least_squares_optimum
 
@@ -120,6 +122,29 @@ def test_exact_leak_equals_true_gradient_difference_and_theorem_form_needs_the_a
     early_err = (early.difference[:K] - true)[:, honest].abs().max() / true.abs().max()
     assert late_err < 1e-8  # anchored at convergence, Theorem 1.3 is exact
     assert early_err > 1e3 * late_err  # early stopping leaves the anchor error in the value
+
+
+@pytest.mark.parametrize("form", ["messages", "theorem"])
+def test_leak_of_some_nodes_from_their_links_alone_equals_the_whole_view(form):
+    setup, _, view = simulate([*LOGISTIC, "protocol.rounds=30", "protocol.z_std=1"])
+    nodes = np.array([3, 7])
+    whole = extract(view, 30, 0.4, 1.0, "exact", form)
+    needed = links(setup.network, nodes, form)
+    assert len(needed) < len(view.transcript.senders)  # the test must drop some columns
+    keep = column(view.transcript, setup.network.n, needed[:, 0], needed[:, 1])
+    tr = view.transcript
+    cut = replace(tr, senders=tr.senders[keep], receivers=tr.receivers[keep], values=tr.values[:, keep])
+    part = extract(replace(view, transcript=cut), 30, 0.4, 1.0, "exact", form, nodes=nodes)
+    for name in ("steps", "trajectory", "difference", "plain_models", "plain_gradient"):
+        assert torch.allclose(getattr(part, name), getattr(whole, name)[:, nodes], rtol=0, atol=1e-12), name
+    fewer = replace(
+        view,
+        transcript=replace(
+            cut, senders=cut.senders[1:], receivers=cut.receivers[1:], values=cut.values[:, 1:]
+        ),
+    )
+    with pytest.raises(ConfigError, match="unrecorded link"):
+        extract(fewer, 30, 0.4, 1.0, "exact", form, nodes=nodes)
 
 
 def test_plain_pdmm_leaks_the_full_gradient_and_subspace_perturbation_hides_it():

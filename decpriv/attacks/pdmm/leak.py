@@ -34,7 +34,7 @@ import torch
 
 from decpriv.adversary.view import AttackContext, View
 from decpriv.errors import bad
-from decpriv.protocols.pdmm import directed_edges, positions
+from decpriv.graphs.network import Network
 
 FORMS = ("messages", "theorem")
 UPDATES = ("exact", "k1", "qa")
@@ -42,29 +42,39 @@ UPDATES = ("exact", "k1", "qa")
 
 @dataclass(eq=False)
 class Leak:
-    """Leaked quantities for rounds ``rounds`` (t), all nodes: points w^t, w^{t+2} and D^t."""
+    """Leaked quantities for rounds ``rounds`` (t) of the nodes ``nodes``: points w^t, w^{t+2} and D^t."""
 
+    nodes: np.ndarray  # (m,) the nodes of every tensor's node axis
     rounds: np.ndarray  # (K,) t of each difference
-    steps: torch.Tensor  # (T - 1, n, p) s^t, t = 1..T-1
-    trajectory: torch.Tensor  # (T, n, p) anchored w^t, t = 1..T
-    start: torch.Tensor  # (K, n, p) w^t
-    end: torch.Tensor  # (K, n, p) w^{t+2}
-    difference: torch.Tensor  # (K, n, p) D^t
-    plain_models: torch.Tensor  # (T, n, p) w^t, t = 1..T, read off z assuming z^0 = 0 (plain PDMM)
-    plain_gradient: torch.Tensor  # (T, n, p) grad f(w^t) assuming z^0 = 0, t = 1..T
+    steps: torch.Tensor  # (T - 1, m, p) s^t, t = 1..T-1
+    trajectory: torch.Tensor  # (T, m, p) anchored w^t, t = 1..T
+    start: torch.Tensor  # (K, m, p) w^t
+    end: torch.Tensor  # (K, m, p) w^{t+2}
+    difference: torch.Tensor  # (K, m, p) D^t
+    plain_models: torch.Tensor  # (T, m, p) w^t, t = 1..T, read off z assuming z^0 = 0 (plain PDMM)
+    plain_gradient: torch.Tensor  # (T, m, p) grad f(w^t) assuming z^0 = 0, t = 1..T
 
 
-def require_full_view(view: View) -> None:
-    n = view.network.n
-    if not view.eavesdropper or view.attackers.size == 0:
-        raise bad(
-            "adversary",
-            f"eavesdropper={view.eavesdropper}, nodes={view.attackers.tolist()}",
-            "the leakage needs every edge's Delta z and a corrupt node's model",
-            "set adversary.eavesdropper=true and adversary.nodes=[0]",
-        )
-    if view.transcript.senders.size != 2 * len(view.network.edges) or n < 2:
-        raise bad("adversary.eavesdropper", False, "some edges were not recorded", "set it to true")
+def links(network: Network, nodes: np.ndarray, form: str = "messages") -> np.ndarray:
+    """(L, 2) the directed edges :func:`extract` reads for ``nodes``: every link into or out of them, and for
+    the ``theorem`` form (which needs the neighbours' trajectories) every link of their neighbours too."""
+    e = network.edges
+    directed = np.vstack([e, e[:, ::-1]])
+    reach = np.isin(directed, nodes).any(axis=1)
+    if form == "theorem":
+        around = np.union1d(nodes, directed[reach].ravel())
+        reach = np.isin(directed, around).any(axis=1)
+    directed = directed[reach]
+    return directed[np.lexsort((directed[:, 1], directed[:, 0]))]
+
+
+def column(transcript, n: int, senders: np.ndarray, receivers: np.ndarray) -> np.ndarray:
+    """The transcript column of each (sender, receiver) pair, -1 where it was not recorded."""
+    keys = transcript.senders * n + transcript.receivers
+    order = np.argsort(keys)
+    query = np.asarray(senders) * n + np.asarray(receivers)
+    at = np.minimum(np.searchsorted(keys[order], query), len(keys) - 1)
+    return np.where(keys[order][at] == query, order[at], -1)
 
 
 def extract(
@@ -76,36 +86,79 @@ def extract(
     form: str = "messages",
     alpha: float = 0.1,
     mu: float = 1.0,
+    nodes: np.ndarray | None = None,
 ) -> Leak:
-    """Leakage from the Delta z recorded in rounds 1..t_max (the adversary's assumed hyperparameters)."""
+    """Leakage of ``nodes`` (every node when None) from the Delta z recorded in rounds 1..t_max, with the
+    adversary's assumed hyperparameters; the transcript must hold :func:`links` of those nodes."""
     net, tr = view.network, view.transcript
     n = net.n
-    directed = directed_edges(net)
-    order = positions(directed, tr.senders, tr.receivers, n)
-    dz = torch.empty_like(tr.values[:t_max])
-    dz[:, order] = tr.values[:t_max].to(torch.float64)
-    send = torch.as_tensor(directed[:, 0])
-    recv = torch.as_tensor(directed[:, 1])
-    rev = torch.as_tensor(
-        np.searchsorted(directed[:, 0] * n + directed[:, 1], directed[:, 1] * n + directed[:, 0])
+    nodes = np.arange(n) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    walk = (
+        nodes if form != "theorem" else np.union1d(nodes, net.edges[np.isin(net.edges, nodes).any(1)].ravel())
     )
+    needed = links(net, nodes, form)
+    absent = column(tr, n, needed[:, 0], needed[:, 1]) < 0
+    if absent.any():
+        raise bad(
+            "adversary",
+            f"{int(absent.sum())} unrecorded link(s), e.g. {needed[absent][0].tolist()}",
+            f"the leakage of nodes {nodes[:5].tolist()} needs the Delta z on all their links",
+            "set adversary.eavesdropper=true",
+        )
+    send = torch.as_tensor(tr.senders)
+    recv = torch.as_tensor(tr.receivers)
+    reverse = column(tr, n, tr.receivers, tr.senders)
+    has_rev = reverse >= 0
+    rev = torch.as_tensor(np.maximum(reverse, 0))
+    dz = tr.values[:t_max].to(torch.float64)
     b = torch.where(send < recv, 1.0, -1.0).to(dz.dtype)[None, :, None]
-    degree = torch.as_tensor(net.degrees, dtype=dz.dtype)
-    rd = (rho * degree)[None, :, None]
-    T, p = dz.shape[0], dz.shape[2]
-    per_edge = b * (dz[1:] - (1 - theta) * dz[:-1] - theta * dz[:-1, rev]) / (2 * rho * theta)
-    steps = torch.zeros(T - 1, n, p, dtype=dz.dtype).index_add_(1, send, per_edge) / degree[None, :, None]
+    T, p, m = dz.shape[0], dz.shape[2], len(nodes)
+    # node axis of the walked nodes (trajectories) and of ``nodes`` (differences); -1: not computed
+    at_walk = np.full(n, -1)
+    at_walk[walk] = np.arange(len(walk))
+    at_node = np.full(n, -1)
+    at_node[nodes] = np.arange(m)
+    out_walk = torch.as_tensor(np.flatnonzero((at_walk[tr.senders] >= 0) & has_rev))
+    into_node = torch.as_tensor(np.flatnonzero(at_node[tr.receivers] >= 0))
+    into_walk_src = torch.as_tensor(at_walk[tr.senders[into_node.numpy()]])
+    walk_send = torch.as_tensor(at_walk[tr.senders[out_walk.numpy()]])
+    node_recv = torch.as_tensor(at_node[tr.receivers[into_node.numpy()]])
+    degree_walk = torch.as_tensor(net.degrees[walk], dtype=dz.dtype)[None, :, None]
+    rd = (rho * torch.as_tensor(net.degrees[nodes], dtype=dz.dtype))[None, :, None]
+
+    def node_steps(z: torch.Tensor) -> torch.Tensor:
+        """(T, walked, p) model steps read off consecutive z (Delta z, or z itself for plain PDMM)."""
+        edge = b[:, out_walk] * (
+            z[1:, out_walk] - (1 - theta) * z[:-1, out_walk] - theta * z[:-1, rev[out_walk]]
+        )
+        total = torch.zeros(z.shape[0] - 1, len(walk), p, dtype=dz.dtype).index_add_(
+            1, walk_send, edge / (2 * rho * theta)
+        )
+        return total / degree_walk
+
+    def into(values: torch.Tensor) -> torch.Tensor:
+        """sum over the links j -> i of ``nodes``: (R, m, p) from per-column (R, L, p) values."""
+        return torch.zeros(values.shape[0], m, p, dtype=dz.dtype).index_add_(
+            1, node_recv, values[:, into_node]
+        )
+
+    steps_walk = node_steps(dz)
     own = view.public["own_models"].to(dz.dtype)
     anchor = own[t_max].mean(0)
-    after = torch.flip(torch.cumsum(torch.flip(steps, [0]), 0), [0])  # sum_{tau >= t} s^tau
-    trajectory = torch.cat([anchor - after, anchor.expand(1, n, p)])
-    trajectory[:, torch.as_tensor(view.attackers)] = own[1 : t_max + 1]
-    Q = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, recv, -b * dz)
+    after = torch.flip(torch.cumsum(torch.flip(steps_walk, [0]), 0), [0])  # sum_{tau >= t} s^tau
+    trajectory_walk = torch.cat([anchor - after, anchor.expand(1, len(walk), p)])
+    corrupt = np.flatnonzero(np.isin(view.attackers, walk))
+    trajectory_walk[:, torch.as_tensor(at_walk[view.attackers[corrupt]])] = own[1 : t_max + 1][:, corrupt]
+    mine = torch.as_tensor(at_walk[nodes])
+    steps, trajectory = steps_walk[:, mine], trajectory_walk[:, mine]
+    Q = into(-b * dz)
     if form == "theorem":
         w = trajectory  # w[k] = w^{k+1}
         K = T - 2 if update == "exact" else T - 3
         lag = 1 if update == "exact" else 2  # the neighbours' models enter at t+1 (exact) or t+2
-        neighbours = torch.zeros(K, n, p, dtype=dz.dtype).index_add_(1, recv, w[lag : K + lag][:, send])
+        neighbours = torch.zeros(K, m, p, dtype=dz.dtype).index_add_(
+            1, node_recv, trajectory_walk[lag : K + lag][:, into_walk_src]
+        )
         if update == "exact":
             difference = rd * (w[:K] + w[2 : K + 2]) - 2 * rho * neighbours
         elif update == "k1":
@@ -142,11 +195,10 @@ def extract(
             + Q[2 : K + 2]
         )
     z = torch.cat([torch.zeros_like(dz[:1]), torch.cumsum(dz, 0)])  # z^t if z^0 were 0, t = 0..T
-    per_edge = b * (z[1:] - (1 - theta) * z[:-1] - theta * z[:-1, rev]) / (2 * rho * theta)
-    plain_models = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, send, per_edge) / degree[None, :, None]
-    coupling = torch.zeros(T, n, p, dtype=dz.dtype).index_add_(1, recv, -b * z[:-1])
-    plain = -coupling - rd * plain_models
+    plain_models = node_steps(z)[:, mine]
+    plain = -into(-b * z[:-1]) - rd * plain_models
     return Leak(
+        nodes=nodes,
         rounds=np.arange(1, K + 1),
         steps=steps,
         trajectory=trajectory,
