@@ -216,6 +216,8 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
     recording = setup.attack is not None
     if setup.protocol.recorder_kind == "edges":
         edges = adv.observed_edges(network)
+        if recording:
+            edges = setup.attack.kept_links(setup.attack_context, setup.plan, edges)
         recorder = Recorder(edges[:, 0], edges[:, 1], recording)
     else:
         recorder = Recorder.broadcast(adv.observed_senders(network), recording)

@@ -10,6 +10,8 @@ plan, handed back as ``view.plan`` (and to ``behaviour``), so ``run`` depends on
 from abc import ABC, abstractmethod
 from typing import Any
 
+import numpy as np
+
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.view import AttackContext, View
 from decpriv.report.findings import Report
@@ -30,6 +32,12 @@ class Attack(ABC):
     def behaviour(self, context: AttackContext, plan: Any) -> Behaviour | None:
         """Active attacks return the message forgery the protocol applies; passive ones None."""
         return None
+
+    def kept_links(self, context: AttackContext, plan: Any, observed: np.ndarray) -> np.ndarray:
+        """Of the (L, 2) directed edges whose per-edge messages the adversary observes, those the recorder
+        stores (all by default). An attack that reads some links only keeps those: it sees no less, and a
+        long per-edge transcript (PDMM: rounds x 2E x p) fits in memory."""
+        return observed
 
     @abstractmethod
     def run(self, view: View) -> Any:

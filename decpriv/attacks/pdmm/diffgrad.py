@@ -34,6 +34,7 @@ from decpriv.attacks.pdmm.leak import (
     check_pdmm,
     check_theorem_form,
     extract,
+    links,
 )
 from decpriv.errors import bad
 from decpriv.report.findings import Report
@@ -63,6 +64,12 @@ def true_difference(view: View, victims: np.ndarray, t: int) -> tuple[torch.Tens
 
 
 LABELS = ("auto", "enumerate", "optimise")
+
+
+@dataclass(frozen=True, eq=False)
+class DiffGradPlan:
+    config: InversionConfig  # the inversion settings, labels optimised when enumerating would cost too much
+    victims: np.ndarray  # the honest nodes attacked
 
 
 class DiffGrad(Attack):
@@ -114,8 +121,8 @@ class DiffGrad(Attack):
             max_label_candidates=max_label_candidates,
         )
 
-    def prepare(self, context: AttackContext) -> InversionConfig:
-        """Plan: the inversion settings, labels optimised when enumerating them would cost too much."""
+    def prepare(self, context: AttackContext) -> DiffGradPlan:
+        """Plan: the victims (the first ``victims`` honest nodes) and the inversion settings."""
         check_pdmm(context, self.name)
         check_theorem_form(
             self.form, self.theta if self.theta is not None else context.protocol.theta, "attack"
@@ -145,18 +152,30 @@ class DiffGrad(Attack):
                     f"enumerating labels of a batch of {batch} needs {candidates} candidates",
                     f"raise it to {candidates} or use attack.labels=optimise",
                 )
-            return replace(self.config, labels="optimise")
-        return self.config
+            config = replace(self.config, labels="optimise")
+        else:
+            config = self.config
+        honest = np.setdiff1d(np.arange(context.network.n), context.adversary.nodes)
+        return DiffGradPlan(config, honest if self.victims is None else honest[: self.victims])
+
+    def kept_links(self, context: AttackContext, plan: DiffGradPlan, observed: np.ndarray) -> np.ndarray:
+        """The victims' links (and their neighbours' for the theorem form): all the leak reads."""
+        needed = links(context.network, plan.victims, self.form)
+        return observed[
+            np.isin(
+                observed[:, 0] * context.network.n + observed[:, 1],
+                needed[:, 0] * context.network.n + needed[:, 1],
+            )
+        ]
 
     def run(self, view: View) -> Reconstruction:
         a = Assumed.resolve(view.hyper, self.rho, self.theta, self.update, self.alpha, self.mu)
         t_max = self.t_max or len(view.transcript.times)
-        leak = extract(view, t_max, a.rho, a.theta, a.update, self.form, a.alpha, a.mu)
-        honest = np.setdiff1d(np.arange(view.network.n), view.attackers)
-        victims = honest if self.victims is None else honest[: self.victims]
+        victims = view.plan.victims
+        leak = extract(view, t_max, a.rho, a.theta, a.update, self.form, a.alpha, a.mu, nodes=victims)
         batch = self.batch_size or int(view.own_mask[0].sum())
         k = self.round - 1
-        target, start, end = leak.difference[k, victims], leak.start[k, victims], leak.end[k, victims]
+        target, start, end = leak.difference[k], leak.start[k], leak.end[k]
         if self.oracle:
             target, start, end = true_difference(view, victims, self.round)
         spec = view.data_spec
@@ -178,7 +197,7 @@ class DiffGrad(Attack):
                 batch,
                 None,
                 spec.data_range,
-                view.plan,
+                view.plan.config,
                 generator,
             )
             xs.append(inv.x.detach().cpu())
@@ -199,7 +218,7 @@ class DiffGrad(Attack):
             "attack_oracle": self.oracle,
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
-            "attack_labels": view.plan.labels if findings.method != "analytic" else "analytic",
+            "attack_labels": view.plan.config.labels if findings.method != "analytic" else "analytic",
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_l2_error_median": float(table["l2_error"].median()),
             "attack_undefined": int((~table["defined"]).sum()),
@@ -207,7 +226,7 @@ class DiffGrad(Attack):
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
-        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {view.plan.labels}"
+        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {view.plan.config.labels}"
         if self.oracle:
             how += "; ORACLE: target from the true data, not the messages"
         recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
