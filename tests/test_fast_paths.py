@@ -52,6 +52,31 @@ def test_chain_backward_equals_vmap_grad(name, b, masked):
     assert torch.allclose(fast, reference, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["softmax", "mlp relu 16-7", "mlp sigmoid"])
+@pytest.mark.parametrize("b", [1, 5])
+def test_fused_sgd_step_equals_theta_minus_lr_gradient(name, b):
+    build, shape, classes = CHAINS[name]
+    model = build()
+    model.module.double()
+    gen = torch.Generator().manual_seed(b)
+    theta = model.init(4, seed=0, same=False).double()
+    x, y = (
+        torch.rand(4, b, *shape, dtype=torch.float64, generator=gen),
+        torch.randint(classes, (4, b), generator=gen),
+    )
+    weight = (torch.rand(4, b, generator=gen) > 0.3).double()
+    expected = theta - 0.3 * model.node_gradients(theta, x, y, weight)
+    stepped = theta.clone()
+    with torch.no_grad():
+        assert model.sgd_step_(stepped, x, y, weight, 0.3)
+    assert (expected - theta).abs().max() > 1e-3
+    assert torch.allclose(stepped, expected, rtol=0, atol=1e-14)
+    before = stepped.clone()
+    with torch.enable_grad():
+        assert not model.sgd_step_(stepped, x, y, weight, 0.3)  # under autograd: declined, untouched
+    assert torch.equal(stepped, before)
+
+
 def test_other_architectures_keep_vmap_grad():
     model = arch.cnn((1, 8, 8), 10, channels=(4, 6), hidden=8)
     assert model.chain is None
@@ -101,6 +126,7 @@ def run(setup, general: bool, monkeypatch, recorder: Recorder | None = None):
     "extra",
     [
         ["model=mlp", "model.hidden=[8]", "protocol.batch_size=1"],
+        ["model=mlp", "model.hidden=[8, 5]", "protocol.batch_size=4", "protocol.local_steps=2"],
         [
             "model=mlp",
             "model.hidden=[8]",

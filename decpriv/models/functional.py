@@ -188,6 +188,17 @@ class FunctionalModel:
             g = vmap(grad(self.loss))(theta, x, y, weight)
         return g if out is None else out.copy_(g)
 
+    def sgd_step_(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, lr: float
+    ) -> bool:
+        """theta <- theta - lr * node_gradients(theta, x, y, weight) in place, layer by layer, without an
+        (n, p) gradient (the backward pass subtracts each layer's gradient as it forms): True when done,
+        False (theta untouched) for models outside the affine chains or under autograd."""
+        if self.chain is None or torch.is_grad_enabled():
+            return False
+        self._chain_gradients(theta, x, y, weight, None, lr)
+        return True
+
     def _split(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of an (n, p) tensor as each parameter with a leading node axis."""
         parts = torch.split(theta, self.numels, dim=1)
@@ -200,12 +211,15 @@ class FunctionalModel:
         x: torch.Tensor,
         y: torch.Tensor,
         weight: torch.Tensor | None,
-        out: torch.Tensor,
+        out: torch.Tensor | None,
+        lr: float | None = None,
     ) -> torch.Tensor:
         """Backpropagation through the affine chain, all nodes at once, each layer's gradient written into
-        its slice of ``out``; equal to vmap(grad(loss)) (tested)."""
+        its slice of ``out``, or (``lr``) subtracted from theta in place once the layer below no longer
+        needs its weights; equal to vmap(grad(loss)) (tested)."""
         n, b = x.shape[:2]
-        params, grads = self._split(theta), self._split(out)
+        params = self._split(theta)
+        grads = None if out is None else self._split(out)
         h = x.reshape(n, b, -1)
         inputs, outputs = [], []
         for w, bias, act in self.chain:
@@ -227,18 +241,27 @@ class FunctionalModel:
             dz = dz * share.to(dz.device)
         for layer in range(len(self.chain) - 1, -1, -1):
             w, bias, _ = self.chain[layer]
-            if b == 1:  # an outer product: elementwise, no bmm with an inner dimension of one
-                torch.mul(dz.transpose(1, 2), inputs[layer], out=grads[w])
-            else:
-                grads[w].copy_(torch.bmm(dz.transpose(1, 2), inputs[layer]))
-            if bias is not None:
-                torch.sum(dz, 1, out=grads[bias])
+            below = None
             if layer:
                 act = self.chain[layer - 1][2]
-                dz = torch.bmm(dz, params[w])
+                below = torch.bmm(dz, params[w])
                 if act is not None:
-                    dz = dz * ACTIVATIONS[act][1](outputs[layer - 1])
-        return out
+                    below = below * ACTIVATIONS[act][1](outputs[layer - 1])
+            # b = 1: an outer product, elementwise (a bmm with an inner dimension of one is 3x slower)
+            if grads is not None and b == 1:
+                torch.mul(dz.transpose(1, 2), inputs[layer], out=grads[w])
+            elif grads is not None:
+                grads[w].copy_(torch.bmm(dz.transpose(1, 2), inputs[layer]))
+            elif b == 1:
+                params[w].addcmul_(dz.transpose(1, 2), inputs[layer], value=-lr)
+            else:
+                params[w].baddbmm_(dz.transpose(1, 2), inputs[layer], alpha=-lr)
+            if bias is not None and grads is not None:
+                torch.sum(dz, 1, out=grads[bias])
+            elif bias is not None:
+                params[bias].add_(dz.sum(1), alpha=-lr)
+            dz = below
+        return theta if out is None else out
 
     def example_gradients(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """(n, b, p) per-example gradients (DP-SGD): nested vmap over nodes then examples."""

@@ -8,8 +8,9 @@ adversary records the broadcast messages theta^{t+1/2} (and the intermediate gos
 Minibatches are ``batch_size`` distinct local samples, redrawn every local step.
 
 A round allocates nothing of size (n, p) when the defense leaves gradients and the aggregation rule as they
-are and no active attack forges messages: the gradients land in one reused buffer (by the hand-written
-backward pass for linear/MLP models, :meth:`FunctionalModel.node_gradients`) and the gossip product
+are and no active attack forges messages: the gradients land in one reused buffer (for linear/MLP models
+trained by plain SGD, no buffer at all: the hand-written backward pass subtracts each layer's gradient
+in place, :meth:`FunctionalModel.sgd_step_`) and the gossip product
 alternates between two state buffers (``addmm_`` in place). A fresh 31 MB tensor per operation (n = 1024,
 MLP) costs its page faults on first touch, more than the sparse product itself.
 """
@@ -132,7 +133,9 @@ class DSGD(Protocol):
         theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
         initial = theta.clone()
         plain_gradients, plain_exchange = self.plain(sim)
-        grad_buffer = torch.empty_like(theta) if plain_gradients else None
+        # plain SGD on a linear/MLP model: each layer's gradient is subtracted as the backward pass forms it
+        fused = plain_gradients and model.chain is not None and not self.momentum and not self.weight_decay
+        grad_buffer = torch.empty_like(theta) if plain_gradients and not fused else None
         spare = torch.empty_like(theta) if plain_exchange else None
         W = sim.network.gossip_operator(sim.device, dtype)
         batches = sim.seeds.torch("batches", sim.device)
@@ -150,6 +153,10 @@ class DSGD(Protocol):
                 break
             for _ in range(self.local_steps):
                 x, y, w = local.batch(self.batch_size, batches)
+                if fused:
+                    with torch.no_grad():
+                        model.sgd_step_(theta, x, y, w.to(dtype), self.lr)
+                    continue
                 if plain_gradients:
                     with torch.no_grad():
                         g = model.node_gradients(theta, x, y, w.to(dtype), out=grad_buffer)
