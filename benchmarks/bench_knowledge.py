@@ -94,7 +94,7 @@ def main() -> None:
                 same = str(bool((e.reconstructible == k.reconstructible).all() and e.rank == k.rank))
             print(
                 f"{n:5d} {len(attackers):4d} {k.rows:6d} {k.rank:5d} {int(k.reconstructible.sum()):6d}"
-                f" {ours:10.2f} {ref_s:>12} {agree:>11} {exact_s:>8} {same:>13} {k.numerics['ambiguous']!s:>10}",
+                f" {ours:10.2f} {ref_s:>12} {agree:>11} {exact_s:>8} {same:>13} {k.numerics['float_ambiguous']!s:>10}",
                 flush=True,
             )
 
