@@ -244,6 +244,21 @@ class GradientInversion(Attack):
             figures[f"reconstructions/{self.name}.png"] = reconstruction_grid(
                 scored, data_range, "reconstructed", title
             )
+            recovered = (
+                f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
+                f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
+            )
+        else:
+            recovered = f"mean L2 error {summary['attack_l2_error']:.3g} (no image baseline for this data)"
+        labels = (
+            "labels not recovered by the closed form"
+            if self.analytic
+            else f"labels {summary['attack_label_accuracy']:.0%} right"
+        )
+        summary["verdict"] = (
+            f"{self.name} ({summary['attack_method']}) inverted the first-round gradient of "
+            f"{len(findings.victims)} client(s), {len(table)} sample(s): {recovered}; {labels}."
+        )
         return Report(tables={"attack": table}, summary=summary, figures=figures)
 
 

@@ -178,6 +178,12 @@ class ActiveInversion(Attack):
             else 0.0,
             "active_inversion_batch_size": int(view.hyper["batch_size"]),
         }
+        summary["verdict"] = (
+            f"active inversion: {summary['active_inversion_mean_samples_recovered']:.1f} distinct training "
+            f"sample(s) per victim read exactly off trap-weight gradients (batch size "
+            f"{summary['active_inversion_batch_size']}: at most that many per step), {len(findings.victims)} "
+            "victim(s)."
+        )
         figures = {}
         if shown:
             figures["reconstructions/active_inversion.png"] = image_grid(

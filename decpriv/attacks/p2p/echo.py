@@ -141,6 +141,13 @@ class Echo(Attack):
             "echo_victim_mia_advantage": float(victim.advantage.mean()),
             "echo_others_mia_advantage": float(others.advantage.mean()),
         }
+        summary["verdict"] = (
+            f"echo ({self.variant}) on node {findings.victim}: its local model's train - test accuracy "
+            f"{summary['echo_victim_local_generalisation_error']:.3f} and MIA advantage "
+            f"{summary['echo_victim_mia_advantage']:.3f}, against {summary['echo_others_local_generalisation_error']:.3f} "
+            f"and {summary['echo_others_mia_advantage']:.3f} for the attacker's other neighbours (not echoed), "
+            "last round."
+        )
         fig = metric_plot(
             table.rename(columns={"view": "node"}),
             x="round",

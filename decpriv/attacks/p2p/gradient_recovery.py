@@ -185,6 +185,13 @@ class GradientRecovery(Attack):
             "recovery_median_cosine": float(cos.median()),
             "recovery_max_relative_error": float(err.max()),
         }
+        summary["verdict"] = (
+            f"gradient recovery: {len(table)} local step(s) of {summary['recovered_victims']} victim(s) read off "
+            f"the messages, median cosine {summary['recovery_median_cosine']:.3f} with the true "
+            f"{'full-batch step (exact)' if exact else 'full-batch step (an estimate: mini-batches or several steps)'}"
+            f", worst relative error {summary['recovery_max_relative_error']:.2g} (a random direction: cosine 0); "
+            f"{summary['unrecoverable_victims']} victim(s) out of reach."
+        )
         tables = {"gradient_recovery": table}
         figures = {}
         if findings.images is not None:

@@ -271,10 +271,32 @@ def mia_report(scored: Scored, prefix: str = "mia") -> Report:
         f"{prefix}_members_per_victim": float(table.members.mean()),
         f"{prefix}_non_members_per_victim": float(table.non_members.mean()),
     }
-    for name in sorted(table.view.unique()):
+    views = sorted(table.view.unique())
+    for name in views:
         summary.update(view_summary(scored, name, prefix))
+    summary["verdict"] = mia_verdict(summary, views, prefix, int(table.victim.nunique()))
     figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(scored)}
     return Report(tables={prefix: table}, summary=summary, figures=figures)
+
+
+def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> str:
+    """One line: each view's last-round AUC beside the 97.5th percentile of its shuffled-membership null,
+    and on how many views membership was inferred (the AUC above that percentile)."""
+    above = [v for v in views if summary[f"{prefix}_{v}_auc_above_null"]]
+    each = ", ".join(
+        f"{v} {summary[f'{prefix}_{v}_auc']:.3f} (null {summary[f'{prefix}_{v}_auc_null_hi']:.3f})"
+        for v in views
+    )
+    members = summary[f"{prefix}_members_per_victim"]
+    outcome = (
+        f"membership inferred from {len(above)} of {len(views)} view(s) ({', '.join(above)})"
+        if above
+        else "no view beats its null: membership not inferred"
+    )
+    return (
+        f"{prefix}: AUC over {victims} victim(s), {members:.0f} members vs as many non-members each, "
+        f"last round: {each} (null: 97.5% of shuffled membership); {outcome}."
+    )
 
 
 def per_round_null(scored: Scored, stat: str) -> pd.DataFrame:

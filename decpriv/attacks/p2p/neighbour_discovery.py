@@ -173,4 +173,11 @@ class NeighbourDiscovery(Attack):
             "discovery_final_exact_rate": float(last.exact_cumulative.mean()),
             "discovery_trials": len(table),
         }
+        degree = float(np.mean([len(closed(view.network, int(v))) - 1 for v in true]))
+        summary["verdict"] = (
+            f"neighbour discovery: the exact neighbourhood of {len(true)} victim(s) (mean degree {degree:.1f}) "
+            f"found in {summary['discovery_exact_rate']:.1%} of {len(table)} trials one round at a time, "
+            f"{summary['discovery_final_exact_rate']:.1%} accumulated to the last round (a guess of as many "
+            "nodes at random is almost never exact)."
+        )
         return Report(tables={"neighbour_discovery": table}, summary=summary)

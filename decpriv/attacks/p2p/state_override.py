@@ -196,4 +196,10 @@ class StateOverride(Attack):
             "override_min_controlled_fraction": float(controlled.min()),
             "override_mean_controlled_fraction": float(controlled.mean()),
         }
+        summary["verdict"] = (
+            f"state override ({'rushing' if self.rushing else 'not rushing'}): the final states of {len(table)} "
+            f"victim(s) moved {summary['override_mean_controlled_fraction']:.1%} (worst "
+            f"{summary['override_min_controlled_fraction']:.1%}) of the way from where the honest run ends to the "
+            "attacker's target (0: no effect, 100%: full control)."
+        )
         return Report(tables={"state_override": table}, summary=summary)

@@ -264,9 +264,17 @@ class SybilEvasion(Attack):
             if len(known)
             else float("nan"),
         }
+        summary["verdict"] = (
+            f"sybil evasion: two Sybils around node {pair.victim} recovered its update in {len(table)} round(s), "
+            f"relative error at most {summary['sybil_max_relative_error']:.2g} ({summary['sybil_exact_fraction']:.0%}"
+            f" exact), against at best {summary['received_min_relative_error']:.2g} from what one node receives "
+            f"and {summary['aggregate_min_relative_error']:.2g} from the aggregate."
+        )
         figures = {"plots/sybil_evasion.png": error_figure(table)}
         report = Report(tables={"sybil_evasion": table}, summary=summary, figures=figures)
+        verdict = summary["verdict"]
         report.merge(self.membership(findings, true, truth, view))
+        report.summary["verdict"] = verdict  # the recovery is the attack; its MIA rows stay in the table
         if findings.recovery is not None:
             inverted, summary["sybil_inversion_nearest_mse"], figures = score_images(findings.recovery, truth)
             report.tables["sybil_inversion"] = inverted

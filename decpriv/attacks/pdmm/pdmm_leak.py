@@ -120,6 +120,12 @@ class PDMMLeak(Attack):
             "leak_difference_error_median": float(last.difference_error_median),
             "leak_plain_gradient_error_median": float(last.plain_gradient_error_median),
         }
+        summary["verdict"] = (
+            f"pdmm_leak ({self.form} form, t_max {int(last.t_max)}): the honest nodes' gradient differences "
+            f"leaked with median relative error {summary['leak_difference_error_median']:.2g} and their plain "
+            f"gradients with {summary['leak_plain_gradient_error_median']:.2g} (1: no better than guessing zero); "
+            f"model trajectory error {summary['leak_trajectory_error_round1']:.2g} at round 1."
+        )
         figures = {
             "plots/leak_difference_error.png": metric_plot(
                 table,

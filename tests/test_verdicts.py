@@ -1,0 +1,101 @@
+"""Every attack ends its summary with a one-line verdict that states its own numbers beside its baseline:
+the figures quoted are the summary's, so a verdict cannot drift from the table it sums up."""
+
+import re
+
+import pytest
+
+from decpriv.api import run
+
+DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
+PDMM_LEAK = (
+    "protocol=pdmm",
+    "topology=random_geometric",
+    "topology.n=8",
+    "topology.radius=0.6",
+    "data=least_squares",
+    "data.dim=3",
+    "partition=contiguous",
+    "model=linear_regression",
+    "adversary.nodes=[0]",
+    "adversary.eavesdropper=true",
+    "attack=pdmm_leak",
+    "protocol.z_std=0",
+    "protocol.rounds=20",
+)
+
+CASES = {
+    # attack: (overrides, {summary key: format of the number in the verdict}, words the verdict must hold)
+    "mia": (
+        ("topology.n=8", "protocol.rounds=5"),
+        {"mia_received_auc": ".3f", "mia_received_auc_null_hi": ".3f", "mia_marginalised_auc": ".3f"},
+        ("null",),
+    ),
+    "gradient_recovery": (
+        (
+            "topology=karate",
+            *DPSGD,
+            "attack=gradient_recovery",
+            "adversary.nodes=[0,33]",
+            "protocol.rounds=2",
+            "protocol.batch_size=null",
+            "protocol.dtype=float64",
+        ),
+        {"recovery_median_cosine": ".3f", "recovered_victims": "d", "unrecoverable_victims": "d"},
+        ("(exact)", "cosine 0"),
+    ),
+    "neighbour_discovery": (
+        (
+            "topology=torus",
+            "topology.n=16",
+            *DPSGD,
+            "attack=neighbour_discovery",
+            "adversary.eavesdropper=true",
+            "protocol.rounds=3",
+            "protocol.batch_size=8",
+        ),
+        {"discovery_exact_rate": ".1%", "discovery_final_exact_rate": ".1%", "discovery_trials": "d"},
+        ("at random",),
+    ),
+    "state_override": (
+        (
+            "topology=karate",
+            *DPSGD,
+            "attack=state_override",
+            "attack.rushing=true",
+            "attack.target=zeros",
+            "adversary.nodes=[0,33]",
+            "protocol.rounds=4",
+        ),
+        {"override_mean_controlled_fraction": ".1%", "override_victims": "d"},
+        ("rushing", "0: no effect"),
+    ),
+    "pdmm_leak": (
+        PDMM_LEAK,
+        {"leak_difference_error_median": ".2g", "leak_plain_gradient_error_median": ".2g"},
+        ("guessing zero",),
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(CASES))
+def test_verdict_quotes_the_summary_beside_its_baseline(attack, tmp_path):
+    overrides, quoted, words = CASES[attack]
+    summary = run(list(overrides), out_dir=tmp_path / attack).summary
+    verdict = summary["verdict"]
+    assert isinstance(verdict, str) and "\n" not in verdict and verdict.endswith(".")
+    for key, spec in quoted.items():
+        value = int(summary[key]) if spec == "d" else float(summary[key])
+        assert format(value, spec) in verdict, (key, verdict)
+    for word in words:
+        assert word in verdict, verdict
+
+
+def test_mia_verdict_counts_the_views_above_their_null(tmp_path):
+    summary = run(["topology.n=8", "protocol.rounds=5"], out_dir=tmp_path / "mia").summary
+    views = sorted({k.split("_")[1] for k in summary.index if re.fullmatch(r"mia_\w+_auc_above_null", k)})
+    above = [v for v in views if summary[f"mia_{v}_auc_above_null"]]
+    if above:
+        assert f"membership inferred from {len(above)} of {len(views)} view(s)" in summary["verdict"]
+    else:
+        assert "membership not inferred" in summary["verdict"]
