@@ -52,7 +52,7 @@ def test_changed_metric_beyond_and_within_tolerance(tmp_path, capsys):
     a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", changed)
     (found,) = diff_paths(a, b)
     assert found.keys == ["topology", "seed"]
-    assert found.changed[["topology", "seed", "column"]].values.tolist() == [["torus", "0", "acc"]]
+    assert found.changed[["topology", "seed", "column"]].values.tolist() == [["torus", 0, "acc"]]
     assert found.changed.rel_diff[0] == abs(0.9009 - 0.9) / 0.9009
     assert cli(capsys, "diff", str(a), str(b))[0] == 1
     assert cli(capsys, "diff", str(a), str(b), "--rtol", "1e-2")[0] == 0
@@ -104,3 +104,16 @@ def test_diff_rows_of_missing_tables_and_bad_paths(tmp_path, capsys):
     assert rows[["table", "change"]].values.tolist() == [["history", "added"]]
     code = main(["diff", str(a), str(tmp_path / "nowhere")])
     assert code == 2 and "nowhere" in capsys.readouterr().err
+
+
+def test_rows_sort_by_number_and_wide_tables_do_not_warn(tmp_path, recwarn):
+    rounds = [10, 2, 1]
+    wide = {f"metric_{i}": [0.5] * 3 for i in range(150)}  # as wide as an MIA run's summary
+    a = pd.DataFrame({"round": rounds, **wide})
+    b = a.assign(metric_0=[0.1, 0.2, 0.3])
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    (found,) = diff_paths(tmp_path / "a.csv", tmp_path / "b.csv")
+    assert found.changed["round"].tolist() == [1, 2, 10]  # by value, not as text ("10" < "2")
+    assert found.changed.b.tolist() == [0.3, 0.2, 0.1]
+    assert not [w for w in recwarn if "pandas" in w.filename or "fragmented" in str(w.message)]

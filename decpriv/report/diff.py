@@ -83,45 +83,47 @@ def _close(a: object, b: object, rtol: float, atol: float) -> tuple[bool, float]
     return abs(x - y) <= atol + rtol * max(abs(x), abs(y)), rel
 
 
+def _aligned_keys(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> None:
+    """Key columns that are numbers in both tables stay numbers (round 10 sorts after round 2); any other
+    key compares as text, so ``1`` and ``"1"`` still pair up."""
+    for k in keys:
+        if not (pd.api.types.is_numeric_dtype(a[k]) and pd.api.types.is_numeric_dtype(b[k])):
+            a[k], b[k] = a[k].astype(str), b[k].astype(str)
+
+
 def compare_tables(
     name: str, a: pd.DataFrame, b: pd.DataFrame, keys: list[str] | None, rtol: float, atol: float = 0.0
 ) -> TableDiff:
-    a = a.drop(columns=[c for c in IGNORED if c in a], errors="ignore")
-    b = b.drop(columns=[c for c in IGNORED if c in b], errors="ignore")
+    # copies: a summary read from CSV is one block per column, and every write to it would warn
+    a = a.drop(columns=[c for c in IGNORED if c in a]).copy()
+    b = b.drop(columns=[c for c in IGNORED if c in b]).copy()
     if keys is None:
         keys = [k for k in ROW_KEYS if k in a.columns and k in b.columns]
     if not keys:
-        a = a.assign(row=np.arange(len(a)))
-        b = b.assign(row=np.arange(len(b)))
+        a["row"], b["row"] = np.arange(len(a)), np.arange(len(b))
         keys = ["row"]
-    for df in (a, b):
-        df[keys] = df[keys].astype(str)
+    _aligned_keys(a, b, keys)
     common = [c for c in a.columns if c in b.columns and c not in keys]
-    merged = a.merge(b, on=keys, how="outer", suffixes=("@a", "@b"), indicator=True)
-    only_a = merged["_merge"] == "left_only"
-    only_b = merged["_merge"] == "right_only"
+    merged = a.merge(b, on=keys, how="outer", suffixes=("@a", "@b"), indicator=True, sort=True)
     both = merged[merged["_merge"] == "both"]
-    changes = []
+    parts = []
     for column in common:
-        for _, row in both.iterrows():
-            same, rel = _close(row[f"{column}@a"], row[f"{column}@b"], rtol, atol)
-            if not same:
-                changes.append(
-                    {
-                        **{k: row[k] for k in keys},
-                        "column": column,
-                        "a": row[f"{column}@a"],
-                        "b": row[f"{column}@b"],
-                        "rel_diff": rel,
-                    }
-                )
-    changed = pd.DataFrame(changes, columns=[*keys, "column", "a", "b", "rel_diff"])
+        x, y = both[f"{column}@a"], both[f"{column}@b"]
+        same, rel = (
+            zip(*map(lambda p, q: _close(p, q, rtol, atol), x, y), strict=True) if len(both) else ((), ())
+        )
+        differ = ~np.array(same, dtype=bool)
+        if differ.any():
+            rows = both.loc[differ, keys].assign(column=column, a=x[differ], b=y[differ])
+            parts.append(rows.assign(rel_diff=np.array(rel)[differ]))
+    columns = [*keys, "column", "a", "b", "rel_diff"]
+    changed = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
     return TableDiff(
         name,
         keys,
         changed,
-        added=merged.loc[only_b, keys].reset_index(drop=True),
-        removed=merged.loc[only_a, keys].reset_index(drop=True),
+        added=merged.loc[merged["_merge"] == "right_only", keys].reset_index(drop=True),
+        removed=merged.loc[merged["_merge"] == "left_only", keys].reset_index(drop=True),
         added_columns=[c for c in b.columns if c not in a.columns],
         removed_columns=[c for c in a.columns if c not in b.columns],
     )
