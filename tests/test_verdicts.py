@@ -25,6 +25,18 @@ PDMM_LEAK = (
 )
 
 CASES = {
+    "knowledge_matrix": (
+        (
+            "protocol=gossip",
+            "attack=knowledge_matrix",
+            "partition=one_per_node",
+            "topology.n=8",
+            "protocol.rounds=3",
+            "adversary.nodes=[0]",
+        ),
+        {"reconstructed_honest": "d", "knowledge_rank": "d", "unknowns": "d"},
+        ("recovered exactly",),
+    ),
     # attack: (overrides, {summary key: format of the number in the verdict}, words the verdict must hold)
     "mia": (
         ("topology.n=8", "protocol.rounds=5"),

@@ -344,7 +344,28 @@ class KnowledgeMatrix(Attack):
                 p.numpy()[honest.numpy()],
                 "true vs recovered, by distance to the attackers",
             )
+        summary["verdict"] = self.verdict(summary)
         return Report(tables={"attack": table}, summary=summary, figures=figures)
+
+    @staticmethod
+    def verdict(summary: dict) -> str:
+        """One line: the honest values recovered, and for images their PSNR beside the mean image's."""
+        honest = summary["fraction_reconstructed_honest"]
+        found = (
+            "undecided (float64 rank too close to call, no exact certificate)"
+            if honest != honest
+            else f"{summary['reconstructed_honest']} honest node(s) ({honest:.0%}) recovered exactly"
+        )
+        text = (
+            f"knowledge matrix: {summary['attackers']} attacker(s), rank {summary['knowledge_rank']} over "
+            f"{summary['unknowns']} unknowns after {summary['knowledge_steps']} step(s): {found}"
+        )
+        if "median_psnr" in summary:
+            text += (
+                f"; median PSNR {summary['median_psnr']:.1f} dB (the mean image, no attack: "
+                f"{summary['median_mean_image_psnr']:.1f} dB), {summary['success_rate']:.0%} above it"
+            )
+        return text + "."
 
     def true_gradients(self, truth: Truth, view: View, nodes: np.ndarray) -> torch.Tensor:
         """Gradient of each target's loss at the common initial model: the constant the attack estimates."""
