@@ -27,7 +27,6 @@ from decpriv.errors import ConfigError
 console = Console()
 JOBS_ENV = "DECPRIV_SWEEP_JOBS"
 SWEPT_ENV = "DECPRIV_SWEPT_KEYS"
-TERMINAL_COLUMNS = 7  # a wider table wraps into unreadable slivers on an 80-column terminal
 USAGE = """usage: decpriv COMMAND [...]
 
   run [OVERRIDES] [-m]     run the pipeline (Hydra overrides; -m sweeps: a=1,2 b=x,y)
@@ -71,7 +70,7 @@ def _hydra_job(cfg: DictConfig) -> None:
         if not multirun:
             experiment.error_exit(error, bool(cfg.get("debug")))
         Console(stderr=True, soft_wrap=True).print(
-            f"[red]job {runtime.job.num} failed:[/] {type(error).__name__}: {escape(str(error))}",
+            f"[red]job {runtime.job.num} ({out}) failed:[/] {type(error).__name__}: {escape(str(error))}",
             highlight=False,
         )
         return
@@ -84,11 +83,13 @@ def _hydra_job(cfg: DictConfig) -> None:
 
 
 def job_line(num: int, task: list[str]) -> str:
-    """``job 3/8  topology=ring seed=1  ``: the job's swept values (the sweep names them in the environment)."""
+    """``job 2 of 8  topology=ring seed=1  ``: the job's swept values (the sweep names them in the environment).
+
+    Jobs are numbered from 0, as Hydra numbers them and names their folders (``<sweep>/2``)."""
     swept = [k for k in os.environ.get(SWEPT_ENV, "").split(",") if k]
     shown = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept] or task
     total = os.environ.get(JOBS_ENV, "?")
-    return f"job {num + 1}/{total}  {' '.join(shown)}  "
+    return f"job {num} of {total}  {' '.join(shown)}  "
 
 
 def _did_you_mean(word: str, known: list[str]) -> str:
@@ -350,9 +351,7 @@ def _report(rest: list[str]) -> int:
     doc, out = report(ns.target)
     console.print(f"[bold]{doc.title}[/]  " + "; ".join(doc.facts), highlight=False)
     for caption, table in doc.tables:
-        hidden = table.columns[TERMINAL_COLUMNS:]
-        note = f" ({len(hidden)} more columns in report.md)" if len(hidden) else ""
-        print_frame(table[table.columns[:TERMINAL_COLUMNS]], caption + note, console)
+        print_frame(table, caption, console, more="report.md")
     if doc.claim is not None:
         from decpriv.report.claims import print_claim
 

@@ -97,6 +97,29 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
+    from decpriv import cli
+
+    monkeypatch.setattr(cli, "console", cli.Console(width=80, force_terminal=False))
+    code, out, _ = _main(capsys, "show", str(sweep))
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= 80
+    header = next(line for line in lines if "job" in line and "status" in line)
+    assert [w.strip() for w in header.strip("┃ ").split("┃")][:5] == [
+        "job",
+        "status",
+        "seed",
+        "topology",
+        "protocol.lr",
+    ]  # whole names, then the metrics that fit
+    table = pd.read_csv(sweep / "summary.csv")
+    for job, lr in zip(table.job, table["protocol.lr"], strict=True):
+        assert any(re.match(rf"│ {job}\s+│ completed\s+│.*│ {lr}\s+│", line) for line in lines)
+    code, out, _ = _main(capsys, "runs", "--root", str(sweep.parent))
+    assert code == 0 and max(map(len, out.splitlines())) <= 80 and "…" not in out
+    assert out.count(f"{sweep}/") == 8  # every run's path whole, ready for decpriv show
+
+
 def test_custom_plot_and_its_refusals(sweep, capsys):
     code, out, _ = _main(capsys, "plot", str(sweep), "x=seed", "y=train_loss", "hue=topology,protocol.lr")
     picture = sweep / "report" / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"
@@ -115,16 +138,17 @@ def test_runs_index_filters_on_config_and_status(sweep, capsys):
         capsys, "runs", "--root", root, "--format", "csv", "topology=ring", "protocol.lr=0.30"
     )
     table = pd.read_csv(io.StringIO(out))
-    assert code == 0 and sorted(table.run) == ["sw/1", "sw/5"]  # seed, topology, lr: the last varies fastest
+    # seed, topology, lr: the last varies fastest; paths whole, as decpriv show takes them
+    assert code == 0 and sorted(table.run) == [f"{root}/sw/1", f"{root}/sw/5"]
     digests = {p.parent.name: json.loads(p.read_text())["config_digest"] for p in sweep.glob("*/run.json")}
-    assert list(table.config_digest) == [digests[r.split("/")[1]] for r in table.run]
+    assert list(table.config_digest) == [digests[r.rsplit("/", 1)[1]] for r in table.run]
     assert (table.headline == "train_loss").all()
     code, out, _ = _main(capsys, "runs", "--root", root, "--format", "csv", "status=failed")
     assert code == 0 and len(pd.read_csv(io.StringIO(out))) == 0
     assert _main(capsys, "runs", "--root", root, "topology")[0] == 2
     assert _main(capsys, "runs", "--root", str(sweep / "nowhere"))[0] == 2
     code, out, _ = _main(capsys, "list", "runs", "--root", root, "--format", "markdown", "seed=1")
-    assert code == 0 and out.count("| sw/") == 4 and out.startswith("| run | status |")
+    assert code == 0 and out.count("/sw/") == 4 and out.startswith("| run | status |")
 
 
 def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):
@@ -184,7 +208,7 @@ def test_job_line_names_the_swept_values(monkeypatch):
     monkeypatch.setenv(JOBS_ENV, "8")
     monkeypatch.setenv(SWEPT_ENV, "seed,topology")
     line = job_line(2, ["seed=1", "topology=ring", "protocol.rounds=2"])
-    assert line.strip() == "job 3/8  seed=1 topology=ring"
+    assert line.strip() == "job 2 of 8  seed=1 topology=ring"  # 0-based, as the job folders are named
 
 
 LIST_SWEEP = [

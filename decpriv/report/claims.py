@@ -367,7 +367,7 @@ def print_claim(section: ClaimSection, console, report_dir: Path) -> None:
     """The claim and the measured numbers on the terminal (``decpriv report``)."""
     claim = section.claim
     console.print(f"[bold]claim[/] ({claim.source}): {claim.statement}", highlight=False, soft_wrap=True)
-    print_frame(section.table, f"measured: {section.caption}", console)
+    print_frame(section.table, f"measured: {section.caption}", console, more="report.md")
     for note in section.notes:
         console.print(f"note: {note}", highlight=False)
     for name in section.figures:

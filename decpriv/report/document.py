@@ -80,6 +80,11 @@ def run_document(path: Path) -> Document:
     ]
     if meta.get("error"):
         facts.append(f"error: {meta['error']}")
+    if isinstance(summary.get("verdict"), str):
+        facts.append(f"verdict: {summary['verdict']}")
+    # the rest of the summary row is the flattened config (group choices, then dotted keys): what ran
+    settings = [k for k in summary.index if k not in metrics and k not in ("status", "error")]
+    config = pd.DataFrame({"key": settings, "value": [fmt(summary[k]) for k in settings]})
     figures = {}
     history_file = path / "history.csv"
     if history_file.is_file():
@@ -95,7 +100,7 @@ def run_document(path: Path) -> Document:
     return Document(
         title=f"decpriv run {path.name}",
         facts=facts,
-        tables=[("summary", table)],
+        tables=[("summary", table), ("config", config)],
         data={"aggregate": table},
         figures=figures,
         pictures=pictures,

@@ -14,7 +14,7 @@ import pandas as pd
 from decpriv.errors import ConfigError, bad
 from decpriv.report.run_folder import read_status, read_table
 
-COLUMNS = ["run", "status", "started", "seconds", "headline", "value", "config_digest"]
+COLUMNS = ["run", "status", "headline", "value", "seconds", "started", "config_digest"]
 
 
 def parse_filters(pairs: list[str]) -> dict[str, str]:
@@ -42,7 +42,7 @@ def _row(folder: Path, root: Path) -> dict:
     headline = metrics[0] if metrics else None
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
     return {
-        "run": folder.relative_to(root).as_posix(),
+        "run": folder.as_posix(),  # as given to decpriv show: under the root as the user named it
         "status": meta.get("status", "unknown"),
         "started": meta.get("started", ""),
         "seconds": (meta.get("wall_seconds") or {}).get("total"),

@@ -3,13 +3,14 @@
 from importlib import resources
 from pathlib import Path
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from decpriv.errors import ConfigError
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import DETAIL, fmt, markdown_table
+from decpriv.report.text import DETAIL, fmt, markdown_table, print_frame
 
 
 def print_headline(run: Path, console: Console) -> None:
@@ -74,6 +75,18 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
     console.print(table)
 
 
+def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """A sweep's summary for reading: job, status, the swept keys, then the headline metrics (those that
+    differ between jobs first), leaving out the config and the statistics' details."""
+    from decpriv.report.aggregate import load_sweep
+
+    sweep = load_sweep(run)
+    headline = [m for m in sweep.metrics if not DETAIL.search(m)]
+    varying = [m for m in headline if table[m].nunique(dropna=True) > 1]
+    front = ["job", "status", *sweep.keys, *varying, *[m for m in headline if m not in varying]]
+    return table[[c for c in dict.fromkeys(front) if c in table]]
+
+
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
     if not (run / "run.json").is_file() and not (run / "summary.csv").is_file():
         Console(stderr=True, soft_wrap=True).print(
@@ -91,18 +104,23 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
         frame = read_table(file)
-        rows_in_file = len(frame)
+        title = f"{file.name} ({len(frame)} rows)"
         if file.stem == "summary" and len(frame) == 1:
-            keys = meta.get("metrics") or list(frame.columns)
+            keys = [k for k in meta.get("metrics") or list(frame.columns) if not DETAIL.search(k)]
+            verdict = frame["verdict"].iloc[0] if "verdict" in frame else None
+            keys = [k for k in keys if k != "verdict"]
             frame = frame[[*[c for c in ("status",) if c in frame], *[k for k in keys if k in frame]]]
             frame = frame.T.reset_index()
             frame.columns = ["metric", "value"]
-        table = Table(title=f"{file.name} ({rows_in_file} rows)")
-        for column in frame.columns:
-            table.add_column(str(column))
-        for _, row in frame.head(rows).iterrows():
-            table.add_row(*[fmt(v) for v in row])
-        console.print(table)
+            title = f"{file.name} (headline; {len(read_table(file).columns)} columns in the file)"
+            print_frame(frame, title, console, len(frame))
+            if isinstance(verdict, str):
+                console.print(f"verdict: {verdict}", highlight=False)
+            continue
+        elif file.stem == "summary" and "job" in frame:
+            frame = _sweep_columns(run, frame)
+            title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
+        print_frame(frame, title, console, rows, more=f"{file.name}")
     pictures = sorted(p.relative_to(run) for p in run.rglob("*.png"))
     if pictures:
         console.print("pictures: " + ", ".join(map(str, pictures)), highlight=False)

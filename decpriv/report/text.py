@@ -21,13 +21,44 @@ def fmt(value: object) -> str:
     return str(value)
 
 
-def print_frame(frame: pd.DataFrame, title: str, console: Console, rows: int = 50) -> None:
-    table = Table(title=title)
+def fitting_columns(frame: pd.DataFrame, width: int, rows: int) -> list[str]:
+    """The leading columns of ``frame`` that fit side by side in ``width`` characters, each cell whole.
+
+    A rich table squeezes every column to fit the terminal, so 80 columns of a sweep's summary become a
+    grid of empty cells; dropping the trailing columns keeps the ones shown readable (the first is kept
+    whatever its width)."""
+    used, kept = 1, []  # the table's left border
     for column in frame.columns:
-        table.add_column(str(column))
-    for _, row in frame.head(rows).iterrows():
+        cells = [fmt(v) for v in frame[column].head(rows)]
+        need = max([len(str(column)), *map(len, cells)]) + 3  # padding both sides and the separator
+        if kept and used + need > width:
+            break
+        used += need
+        kept.append(column)
+    return kept
+
+
+def print_frame(
+    frame: pd.DataFrame, title: str, console: Console, rows: int = 50, more: str = "--format csv"
+) -> None:
+    """``frame``'s first ``rows`` rows and the leading columns that fit the terminal; the caption says how
+    many columns were left out and where to find them (``more``)."""
+    columns = fitting_columns(frame, console.width, rows)
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(str(column), no_wrap=True)
+    for _, row in frame[columns].head(rows).iterrows():
         table.add_row(*[fmt(v) for v in row])
+    hidden = len(frame.columns) - len(columns)
+    notes = [_more(len(frame) - rows, "row")] if len(frame) > rows else []
+    notes += [_more(hidden, "column")] if hidden else []
+    if notes:
+        table.caption = f"{' and '.join(notes)}: {more}"
     console.print(table)
+
+
+def _more(count: int, what: str) -> str:
+    return f"{count} more {what}{'s' if count > 1 else ''}"
 
 
 def markdown_table(table: pd.DataFrame) -> str:
