@@ -35,6 +35,10 @@ def test_run_report_plots_history_and_embeds_the_runs_pictures(tmp_path, capsys)
     assert page.count("data:image/png;base64,") == len(made) + len(list((run / "plots").glob("*.png")))
     summary = pd.read_csv(run / "report" / "aggregate.csv")
     assert summary.set_index("metric").loc["nodes", "value"] == 6
+    # the config that ran is on the page, under its own heading, and the attack's verdict in the facts
+    config = markdown.split("## config", 1)[1]
+    assert "| topology.n | 6 |" in config and "| protocol.rounds | 3 |" in config
+    assert "- verdict: mia: AUC over" in markdown
 
 
 def _job(folder: Path, job: int, row: dict, status: str = "completed") -> None:
