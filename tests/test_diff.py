@@ -117,3 +117,20 @@ def test_rows_sort_by_number_and_wide_tables_do_not_warn(tmp_path, recwarn):
     assert found.changed["round"].tolist() == [1, 2, 10]  # by value, not as text ("10" < "2")
     assert found.changed.b.tolist() == [0.3, 0.2, 0.1]
     assert not [w for w in recwarn if "pandas" in w.filename or "fragmented" in str(w.message)]
+
+
+def test_rows_pair_on_the_keys_a_table_declares(tmp_path):
+    from decpriv.report.findings import keyed
+    from decpriv.report.run_folder import RunFolder
+
+    by_stop = pd.DataFrame({"t_max": [10, 100, 500], "difference_error": [4.7, 0.81, 0.022]})
+    for name, frame in (("a", by_stop), ("b", by_stop.iloc[::-1].assign(difference_error=[0.022, 0.5, 4.7]))):
+        folder = RunFolder(tmp_path / name)
+        folder.start(seed=0, device="cpu", config_digest="x")
+        folder.write_table("leak_by_t_max", keyed(frame.copy(), "t_max"))
+        folder.complete({"metrics": []})
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["table_keys"] == {"leak_by_t_max": ["t_max"]}
+    (found,) = diff_paths(tmp_path / "a", tmp_path / "b")
+    # t_max is no usual key name: without the declaration the rows would pair by position, 3 changes
+    assert found.keys == ["t_max"]
+    assert found.changed[["t_max", "a", "b"]].values.tolist() == [[100, 0.81, 0.5]]

@@ -1,7 +1,7 @@
 """``decpriv diff A B``: compare two runs, two sweeps or two CSV tables, like ``diff``.
 
-Rows are aligned on key columns (``round``, ``node``, ... for run tables; the swept keys for sweep
-summaries, so rows only one sweep ran show as added or removed), numbers compare within ``atol + rtol *
+Rows are aligned on key columns (those a table declared, else ``round``, ``node``, ... for run tables; the
+swept keys for sweep summaries, so rows only one sweep ran show as added or removed), numbers compare within ``atol + rtol *
 max(|a|, |b|)``, and the exit status is 0 when everything agrees.
 Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
 """
@@ -17,6 +17,7 @@ from decpriv.errors import bad
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import swept_overrides
 
+# Key columns of tables that declare none (report.findings.keyed declares them; run.json keeps them).
 ROW_KEYS = (
     "job_key",
     "round",
@@ -54,6 +55,16 @@ class TableDiff:
             and not self.added_columns
             and not self.removed_columns
         )
+
+
+def _declared_keys(target: Path) -> dict[str, list[str]]:
+    """Each table's key columns as the run declared them (run.json ``table_keys``; a sweep's first job)."""
+    if target.is_file():
+        return {}
+    for run_json in [target / "run.json", *sorted(target.glob("*/run.json"))[:1]]:
+        if run_json.is_file():
+            return read_status(run_json.parent).get("table_keys", {})
+    return {}
 
 
 def _metrics_of(folder: Path) -> set[str]:
@@ -162,6 +173,7 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
     if a.is_file() and b.is_file():
         tb = {next(iter(ta)): next(iter(tb.values()))}
     metrics = _metrics_of(a) | _metrics_of(b)
+    declared = {**_declared_keys(b), **_declared_keys(a)}
     diffs = []
     for name in sorted(set(ta) | set(tb)):
         if name not in ta or name not in tb:
@@ -176,7 +188,7 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
                 )
             )
             continue
-        keys = None
+        keys = [k for k in declared.get(name, []) if k in ta[name] and k in tb[name]] or None
         if name == "summary" and (len(ta[name]) > 1 or len(tb[name]) > 1):
             keys = _aligning_keys(a, b, ta[name], tb[name], metrics)
         found = compare_tables(name, ta[name], tb[name], keys, rtol, atol)

@@ -7,6 +7,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 
+def keyed(table: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """``table`` with the columns that identify a row declared (``t_max, round, node``): the run folder
+    records them in run.json's ``table_keys`` and ``decpriv diff`` pairs the rows of two runs on them.
+    An undeclared table is paired on the usual key names it has (``round``, ``node``, ``victim`` ...)."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"declared key column(s) {missing} are not columns of the table")
+    table.attrs["keys"] = list(columns)
+    return table
+
+
 @dataclass(eq=False)
 class Report:
     """Tables (written as ``<name>.csv``), headline metrics (merged into summary.csv) and figures

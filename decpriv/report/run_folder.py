@@ -135,6 +135,8 @@ class RunFolder:
             self.timings[name] = round(time.perf_counter() - begin, 4)
 
     def write_table(self, name: str, table: pd.DataFrame) -> None:
+        if table.attrs.get("keys"):  # declared by report.findings.keyed; read back by decpriv diff
+            self.meta.setdefault("table_keys", {})[name] = list(table.attrs["keys"])
         self.written.append(self.path / f"{name}.csv")
         write_csv(self.path / f"{name}.csv", table)
 

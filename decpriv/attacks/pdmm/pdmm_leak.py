@@ -17,7 +17,7 @@ from decpriv.attacks.pdmm.leak import (
     extract,
 )
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Report, keyed
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
 
@@ -145,5 +145,10 @@ class PDMMLeak(Attack):
             ),
         }
         return Report(
-            tables={"pdmm_leak": table, "pdmm_leak_by_t_max": by_stop}, summary=summary, figures=figures
+            tables={
+                "pdmm_leak": keyed(table, "t_max", "round", "node"),
+                "pdmm_leak_by_t_max": keyed(by_stop, "t_max"),
+            },
+            summary=summary,
+            figures=figures,
         )
