@@ -120,12 +120,7 @@ class PDMMLeak(Attack):
             "leak_difference_error_median": float(last.difference_error_median),
             "leak_plain_gradient_error_median": float(last.plain_gradient_error_median),
         }
-        summary["verdict"] = (
-            f"pdmm_leak ({self.form} form, t_max {int(last.t_max)}): the honest nodes' gradient differences "
-            f"leaked with median relative error {summary['leak_difference_error_median']:.2g} and their plain "
-            f"gradients with {summary['leak_plain_gradient_error_median']:.2g} (1: no better than guessing zero); "
-            f"model trajectory error {summary['leak_trajectory_error_round1']:.2g} at round 1."
-        )
+        summary["verdict"] = verdict(self.form, int(last.t_max), summary)
         figures = {
             "plots/leak_difference_error.png": metric_plot(
                 table,
@@ -152,3 +147,13 @@ class PDMMLeak(Attack):
             summary=summary,
             figures=figures,
         )
+
+
+def verdict(form: str, t_max: int, summary: dict) -> str:
+    """One line: the leaked differences and plain gradients beside guessing zero (relative error 1)."""
+    return (
+        f"pdmm_leak ({form} form, t_max {t_max}): the honest nodes' gradient differences "
+        f"leaked with median relative error {summary['leak_difference_error_median']:.2g} and their plain "
+        f"gradients with {summary['leak_plain_gradient_error_median']:.2g} (1: no better than guessing zero); "
+        f"model trajectory error {summary['leak_trajectory_error_round1']:.2g} at round 1."
+    )
