@@ -139,13 +139,9 @@ class PDMMLeak(Attack):
                 title="reconstructed model trajectory: error (honest nodes)",
             ),
         }
+        keyed(table, "t_max", "round", "node"), keyed(by_stop, "t_max")
         return Report(
-            tables={
-                "pdmm_leak": keyed(table, "t_max", "round", "node"),
-                "pdmm_leak_by_t_max": keyed(by_stop, "t_max"),
-            },
-            summary=summary,
-            figures=figures,
+            tables={"pdmm_leak": table, "pdmm_leak_by_t_max": by_stop}, summary=summary, figures=figures
         )
 
 
