@@ -141,7 +141,7 @@ def test_reading_commands_refuse_corrupt_or_foreign_folders_in_one_line(tmp_path
     assert main(["runs", "--format", "csv"]) == 0
     captured = capsys.readouterr()
     listed = pd.read_csv(__import__("io").StringIO(captured.out))
-    assert list(listed.run) == ["good"]
+    assert list(listed.run) == ["runs/good"]  # the path decpriv show takes
     warned = captured.err.strip().splitlines()
     assert len(warned) == 2 and all(w.startswith("warning: skipped") for w in warned), warned
     assert main(["list", "topology"]) == 0 and "torus" in capsys.readouterr().out
