@@ -254,8 +254,8 @@ class FunctionalModel:
                 grads[w].copy_(torch.bmm(dz.transpose(1, 2), inputs[layer]))
             elif b == 1:
                 params[w].addcmul_(dz.transpose(1, 2), inputs[layer], value=-lr)
-            else:
-                params[w].baddbmm_(dz.transpose(1, 2), inputs[layer], alpha=-lr)
+            else:  # not baddbmm_: on a strided view it falls back to one addmm_ per node
+                params[w].add_(torch.bmm(dz.transpose(1, 2), inputs[layer]), alpha=-lr)
             if bias is not None and grads is not None:
                 torch.sum(dz, 1, out=grads[bias])
             elif bias is not None:
