@@ -15,7 +15,7 @@ from decpriv.protocols.pdmm import NotConverged
 
 
 def simulate(overrides):
-    cfg, _ = compose_config(["protocol=pdmm", "attack=diffgrad", *overrides])
+    cfg, _ = compose_config(["protocol=pdmm", "attack=diffgrad", "attack.victims=null", *overrides])
     setup = experiment.build(cfg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

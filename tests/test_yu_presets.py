@@ -54,3 +54,23 @@ def test_e1_quantisation_stops_the_fall(tmp_path):
     for cell in (0.001, 0.1):
         assert error[(cell, 2000)] > 1e-2  # unquantised: 1.4e-5 at t_max = 2000 (yu_e1_t_max)
     assert error[(0.1, 2000)] > error[(0.001, 2000)]
+
+
+@pytest.mark.slow
+def test_e2_one_sample_nodes_are_recovered_and_larger_sets_are_harder(tmp_path):
+    table = sweep(tmp_path, "experiment=yu_e2_digits", "partition.per_node=1,2", "attack.victims=2")
+    psnr = table.set_index("partition.per_node")["attack_psnr"]
+    baseline = table.set_index("partition.per_node")["attack_mean_image_psnr"]
+    assert psnr[1] >= 20 and psnr[1] > baseline[1] + 10
+    assert psnr[2] < psnr[1] - 10
+
+
+@pytest.mark.slow
+def test_e3_centralized_fl_leaks_more_than_decentralized_at_every_local_set_size(tmp_path):
+    table = sweep(tmp_path, "experiment=yu_e3", "partition.per_node=1,2", "attack.victims=2")
+    cells = table.set_index(["setting", "partition.per_node"])
+    for n_i in (1, 2):
+        central, decentral = cells.loc[("yu_centralized", n_i)], cells.loc[("yu_decentralized", n_i)]
+        assert central["attack_psnr"] > decentral["attack_psnr"] + 10
+        assert central["attack_ssim"] > decentral["attack_ssim"]
+        assert central["attack_label_accuracy"] >= decentral["attack_label_accuracy"]
