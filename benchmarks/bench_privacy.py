@@ -24,7 +24,7 @@ from decpriv.graphs.network import Network
 from decpriv.models.architectures import softmax
 from decpriv.privacy.linear_view import exact_cost, reach_bound, whole_view_loss
 from decpriv.privacy.network_dp import pairwise_loss
-from decpriv.privacy.secldp import laplacian, precision_diagonal
+from decpriv.privacy.secldp_bounds import laplacian, precision_diagonal
 
 
 def timed(fn, *args):

@@ -23,17 +23,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
+from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
 from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import ScopedSeeds, Seeds
-from decpriv.setup import Setup
 from decpriv.truth import Truth
 from decpriv.validation import PLUGIN_GROUPS, validate
 
@@ -328,7 +328,7 @@ def _pipeline(
         with folder.phase("simulate"):
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
-        report = Report(tables={"history": outcome.history}, summary=dict(outcome.summary))
+        report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
         report.summary.update(
             nodes=setup.network.n, edges=len(setup.network.edges), spectral_gap=spectral_gap(setup.network.W)
         )

@@ -14,7 +14,7 @@ from decpriv.graphs.network import Network
 from decpriv.privacy.network_dp import gossip_operators, pairwise_loss
 from decpriv.privacy.random_walk import random_walk_loss, walk_log_matrix
 from decpriv.privacy.rdp import calibrate_noise_multiplier, gaussian_epsilon
-from decpriv.privacy.secldp import (
+from decpriv.privacy.secldp_bounds import (
     algebraic_connectivity,
     calibrate_sigma_cor,
     epsilon_from_slope,

@@ -132,7 +132,7 @@ def test_attacks_see_only_their_context_and_view():
     """No attack module imports the Setup, the pipeline or the config; prepare/behaviour/run (and what
     they call) never name the truth: ground truth reaches evaluate alone (and run through ``view.oracle``
     for a declared oracle)."""
-    forbidden = {"decpriv.setup", "decpriv.experiment", "decpriv.api", "omegaconf", "hydra"}
+    forbidden = {"decpriv.built", "decpriv.experiment", "decpriv.api", "omegaconf", "hydra"}
     checked = 0
     for path in sorted((PACKAGE / "attacks").rglob("*.py")):
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)

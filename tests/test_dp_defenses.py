@@ -20,7 +20,7 @@ from decpriv.experiment import build
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.models.architectures import softmax
-from decpriv.privacy.secldp import slope_for_epsilon
+from decpriv.privacy.secldp_bounds import slope_for_epsilon
 from decpriv.rng import Seeds
 
 

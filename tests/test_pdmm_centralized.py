@@ -7,7 +7,7 @@ from torch.func import grad, vmap
 
 from decpriv import experiment
 from decpriv.api import compose_config
-from decpriv.attacks.centralised import pdmm_centralized_leak
+from decpriv.attacks.centralized import pdmm_centralized_leak
 from decpriv.errors import ConfigError
 from decpriv.protocols.fedavg import client_nodes
 

@@ -1,5 +1,5 @@
 """The attack interface the pipeline calls: prepare(AttackContext) -> plan, run(View) -> findings,
-evaluate(findings, Truth, View) -> Report.
+evaluate(findings, Truth, View) -> Findings.
 
 An attack sees an :class:`~decpriv.adversary.view.AttackContext` before the run (the network, its
 adversary, its own nodes' data, the data's public facts, the protocol's declared hyperparameters, streams
@@ -14,7 +14,7 @@ import numpy as np
 
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.view import AttackContext, View
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 
@@ -44,5 +44,5 @@ class Attack(ABC):
         """The attack itself: sees the View only."""
 
     @abstractmethod
-    def evaluate(self, findings: Any, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Any, truth: Truth, view: View) -> Findings:
         """Score ``findings`` against the truth: attack.csv rows, summary metrics, pictures."""

@@ -44,7 +44,7 @@ class Mechanism:
 
 
 class Built(Protocol):
-    """What :meth:`Defense.bind` may read from the built experiment (``decpriv.setup.Setup`` has it)."""
+    """What :meth:`Defense.bind` may read from the built experiment (``decpriv.built.Setup`` has it)."""
 
     network: "Network"
     adversary: "Adversary"

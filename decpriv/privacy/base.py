@@ -2,8 +2,8 @@
 
 from abc import ABC, abstractmethod
 
-from decpriv.report.findings import Report
-from decpriv.setup import Setup
+from decpriv.built import Setup
+from decpriv.report.findings import Findings
 
 
 class Accountant(ABC):
@@ -13,5 +13,5 @@ class Accountant(ABC):
         """Refuse configurations the accountant cannot account (raise ConfigError)."""
 
     @abstractmethod
-    def account(self, setup: Setup) -> Report:
+    def account(self, setup: Setup) -> Findings:
         """privacy.csv rows (per node / per pair) and the headline ``epsilon`` for summary.csv."""

@@ -32,13 +32,13 @@ import scipy.sparse as sp  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
+from decpriv.built import Setup  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.linear_view import ViewLoss, exact_cost, reach_bound, whole_view_loss  # noqa: E402
 from decpriv.privacy.rdp import check_delta  # noqa: E402
-from decpriv.report.findings import Report  # noqa: E402
-from decpriv.setup import Setup  # noqa: E402
+from decpriv.report.findings import Findings  # noqa: E402
 
 MAX_PAIR_ROWS = 300  # above this many nodes privacy.csv holds per-observer means instead of n^2 pairs
 
@@ -189,7 +189,7 @@ class NetworkDPAccountant(Accountant):
         reach = reach_bound(distance, steps, draws)
         return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan")), cost
 
-    def account(self, setup: Setup) -> Report:
+    def account(self, setup: Setup) -> Findings:
         network, sigma = setup.network, setup.defense.mechanism().sigma
         steps, draws, accelerated = self.schedule(setup)
         level = self.alpha * 2.0 / sigma**2  # alpha Delta^2 / (2 sigma^2 C^2) with Delta = 2C
@@ -257,7 +257,7 @@ class NetworkDPAccountant(Accountant):
             comparison=loss_vs_distance(theorem, distance),
             comparison_label="mean of the per-round formula (Thm 1 x T; absent where 0)",
         )
-        return Report(
+        return Findings(
             tables={"privacy": table, "privacy_distance": profile},
             summary=summary,
             figures={"plots/privacy_vs_distance.png": figure},

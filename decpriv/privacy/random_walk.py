@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 from scipy.sparse.csgraph import shortest_path
 
+from decpriv.built import Setup
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
 from decpriv.privacy.rdp import check_delta
-from decpriv.report.findings import Report
-from decpriv.setup import Setup
+from decpriv.report.findings import Findings
 
 MAX_PAIR_ROWS = 300
 
@@ -90,7 +90,7 @@ class RandomWalkAccountant(Accountant):
                 f"use defense.sigma >= {2 * math.sqrt(2 * self.alpha * (self.alpha - 1)):.3g} or a smaller accountant.alpha",
             )
 
-    def account(self, setup: Setup) -> Report:
+    def account(self, setup: Setup) -> Findings:
         network, n = setup.network, setup.network.n
         F = random_walk_loss(
             network.W.toarray(), setup.protocol.rounds, setup.defense.mechanism().sigma / 2.0, self.alpha
@@ -119,7 +119,7 @@ class RandomWalkAccountant(Accountant):
         }
         title = f"Private random walk: n={n}, T={setup.protocol.rounds}"
         figure = distance_figure(F, distance, profile, float(F.max()), title, "largest pair loss")
-        return Report(
+        return Findings(
             tables={"privacy": table, "privacy_distance": profile},
             summary=summary,
             figures={"plots/privacy_vs_distance.png": figure},

@@ -19,10 +19,10 @@ from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDp
 from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
+from decpriv.built import Setup
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
-from decpriv.report.findings import Report
-from decpriv.setup import Setup
+from decpriv.report.findings import Findings
 
 SIGMA_RANGE = (1e-2, 1e4)
 # Orders from 2 up: dp-accounting's fractional orders below 2 fail to converge for large sampling rates.
@@ -130,7 +130,7 @@ class RenyiAccountant(Accountant):
                 calibrate_noise_multiplier(mechanism.target, self.delta, steps, float(rates.max()), scale)
             )
 
-    def account(self, setup: Setup) -> Report:
+    def account(self, setup: Setup) -> Findings:
         mechanism = setup.defense.mechanism()
         steps, rates, scale = self.schedule(setup)
         multiplier = mechanism.sigma / scale
@@ -156,4 +156,4 @@ class RenyiAccountant(Accountant):
         summary = {"epsilon": float(epsilon.max()), "delta": self.delta, "privacy_accountant": self.name}
         if self._target is not None:
             summary["epsilon_target"] = self._target
-        return Report(tables={"privacy": table}, summary=summary)
+        return Findings(tables={"privacy": table}, summary=summary)

@@ -18,10 +18,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from decpriv.built import Setup  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.rdp import check_delta, gradient_steps  # noqa: E402
-from decpriv.privacy.secldp import (  # noqa: E402
+from decpriv.privacy.secldp_bounds import (  # noqa: E402
     algebraic_connectivity,
     calibrate_sigma_cor,
     check_threat,
@@ -32,8 +33,7 @@ from decpriv.privacy.secldp import (  # noqa: E402
     threat_bound,
     worst_slopes,
 )
-from decpriv.report.findings import Report  # noqa: E402
-from decpriv.setup import Setup  # noqa: E402
+from decpriv.report.findings import Findings  # noqa: E402
 
 
 def epsilon_vs_sigma_cor(
@@ -169,7 +169,7 @@ class SecLDPAccountant(Accountant):
         )
         defense.calibrate(sigma_cdp, sigma_cor)
 
-    def account(self, setup: Setup) -> Report:
+    def account(self, setup: Setup) -> Findings:
         defense, network = setup.defense, setup.network
         n, steps = network.n, self.steps(setup)
         summary: dict[str, float | str] = {
@@ -230,4 +230,4 @@ class SecLDPAccountant(Accountant):
         summary.update(epsilon=float(eps_nodes.max()), slope=float(slopes.max()))
         if self._target is not None:
             summary["epsilon_target"] = self._target
-        return Report(tables=tables, summary=summary, figures=figures)
+        return Findings(tables=tables, summary=summary, figures=figures)

@@ -19,7 +19,7 @@ def keyed(table: pd.DataFrame, *columns: str) -> pd.DataFrame:
 
 
 @dataclass(eq=False)
-class Report:
+class Findings:
     """Tables (written as ``<name>.csv``), headline metrics (merged into summary.csv) and figures
     (written as PNG under the run folder, keyed by relative path, e.g. ``plots/graph.png``)."""
 
@@ -27,7 +27,7 @@ class Report:
     summary: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)
 
-    def merge(self, other: "Report") -> "Report":
+    def merge(self, other: "Findings") -> "Findings":
         for name, table in other.tables.items():
             if name in self.tables:
                 raise ValueError(f"two steps produced the table {name!r}")

@@ -18,12 +18,12 @@ from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
 from decpriv.metrics.images import psnr, ssim
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 
 @dataclass(eq=False)
-class Findings:
+class Recovery:
     """Per node (0..n-1): recovered or not, the recovered private value (gossip) or input (D-GD)."""
 
     protocol: str
@@ -198,13 +198,13 @@ class KnowledgeMatrix(Attack):
                 "use a classifier (softmax, mlp, cnn)",
             )
 
-    def run(self, view: View) -> Findings:
+    def run(self, view: View) -> Recovery:
         if view.plan.protocol == "dsgd":
             return self.run_dgd(view)
         floating, rational = gossip.reconstruct(view, view.plan.steps, self.rcond, self.tol, self.exact)
-        return Findings("gossip", floating, rational, np.arange(view.network.n), floating.estimate, None)
+        return Recovery("gossip", floating, rational, np.arange(view.network.n), floating.estimate, None)
 
-    def run_dgd(self, view: View) -> Findings:
+    def run_dgd(self, view: View) -> Recovery:
         tr = view.transcript
         initial = view.public["initial_model"].double().numpy()
         system = dgd.gradient_system(
@@ -216,7 +216,7 @@ class KnowledgeMatrix(Attack):
             inputs = dgd.invert_linear(view.model, torch.as_tensor(gradients)).numpy()
         else:
             inputs = self.invert_optimised(view, initial, gradients, knowledge.reconstructible)
-        return Findings("dsgd", knowledge, None, system.targets, inputs, gradients)
+        return Recovery("dsgd", knowledge, None, system.targets, inputs, gradients)
 
     def invert_optimised(
         self, view: View, initial: np.ndarray, gradients: np.ndarray, determined: np.ndarray
@@ -247,7 +247,7 @@ class KnowledgeMatrix(Attack):
             model.module.to(module_dtype)
         return inputs
 
-    def evaluate(self, findings: Findings, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Recovery, truth: Truth, view: View) -> Findings:
         n = view.network.n
         k = findings.knowledge
         attacker = np.isin(np.arange(n), view.attackers)
@@ -345,7 +345,7 @@ class KnowledgeMatrix(Attack):
                 "true vs recovered, by distance to the attackers",
             )
         summary["verdict"] = self.verdict(summary)
-        return Report(tables={"attack": table}, summary=summary, figures=figures)
+        return Findings(tables={"attack": table}, summary=summary, figures=figures)
 
     @staticmethod
     def verdict(summary: dict) -> str:

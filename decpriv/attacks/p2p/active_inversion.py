@@ -21,7 +21,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import image_grid
 from decpriv.truth import Truth
 
@@ -147,7 +147,7 @@ class ActiveInversion(Attack):
             images.append((dW[k][hit] / db[k][hit, None]).reshape(-1, *view.data_spec.input_shape))
         return Extracted(f.victims, images)
 
-    def evaluate(self, findings: Extracted, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Extracted, truth: Truth, view: View) -> Findings:
         rows, shown = [], []
         for v, rec in zip(findings.victims.tolist(), findings.images, strict=True):
             own = truth.local.x[v][truth.local.mask[v]].double()
@@ -189,4 +189,4 @@ class ActiveInversion(Attack):
             figures["reconstructions/active_inversion.png"] = image_grid(
                 shown, title="samples read off trap-weight gradients"
             )
-        return Report(tables={"active_inversion": table}, summary=summary, figures=figures)
+        return Findings(tables={"active_inversion": table}, summary=summary, figures=figures)

@@ -19,7 +19,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
 
@@ -120,7 +120,7 @@ class Echo(Attack):
             view.plan, watched, rounds, models, Targets(table, models.reshape(-1, models.shape[-1]))
         )
 
-    def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Findings:
         table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds, view.seeds).table
         local = truth.local
         v = torch.as_tensor(table.victim.to_numpy().copy())
@@ -155,4 +155,6 @@ class Echo(Attack):
             hue="node",
             title=f"echo on node {findings.victim}: local train - test accuracy (others: mean, std)",
         )
-        return Report(tables={"echo": table}, summary=summary, figures={"plots/echo_generalisation.png": fig})
+        return Findings(
+            tables={"echo": table}, summary=summary, figures={"plots/echo_generalisation.png": fig}
+        )

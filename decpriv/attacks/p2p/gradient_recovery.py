@@ -27,7 +27,7 @@ from decpriv.attacks.p2p.neighbourhood import (
     victims_of,
 )
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import image_grid
 from decpriv.truth import Truth
 
@@ -165,7 +165,7 @@ class GradientRecovery(Attack):
         )
         return found
 
-    def evaluate(self, findings: Recovered, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Recovered, truth: Truth, view: View) -> Findings:
         hyper = view.hyper
         exact = (
             hyper.get("batch_size") is None and hyper.get("local_steps") == 1 and not hyper.get("momentum")
@@ -199,7 +199,7 @@ class GradientRecovery(Attack):
             tables["gradient_inversion"] = inverted
         if len(findings.skipped):
             tables["gradient_recovery_skipped"] = findings.skipped
-        return Report(tables=tables, summary=summary, figures=figures)
+        return Findings(tables=tables, summary=summary, figures=figures)
 
 
 def score_images(findings: Recovered, truth: Truth) -> tuple[pd.DataFrame, float, dict]:

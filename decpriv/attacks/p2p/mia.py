@@ -29,7 +29,7 @@ from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, 
 from decpriv.attacks.p2p.scores import SCORES
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import plt
 from decpriv.rng import Seeds
 from decpriv.truth import Truth
@@ -264,7 +264,7 @@ def versus_null(key: str, value: float, draws: np.ndarray) -> dict[str, float]:
     return out
 
 
-def mia_report(scored: Scored, prefix: str = "mia") -> Report:
+def mia_report(scored: Scored, prefix: str = "mia") -> Findings:
     """Summary (last round, mean over victims, per view, beside its null) and the plots."""
     table = scored.table
     summary = {
@@ -276,7 +276,7 @@ def mia_report(scored: Scored, prefix: str = "mia") -> Report:
         summary.update(view_summary(scored, name, prefix))
     summary["verdict"] = mia_verdict(summary, views, prefix, int(table.victim.nunique()))
     figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(scored)}
-    return Report(tables={prefix: table}, summary=summary, figures=figures)
+    return Findings(tables={prefix: table}, summary=summary, figures=figures)
 
 
 def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> str:
@@ -428,7 +428,7 @@ class MembershipInference(Attack):
             return fl_targets(view, rounds)
         return dl_targets(view, rounds, self.marginalize)
 
-    def evaluate(self, findings: Targets, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Targets, truth: Truth, view: View) -> Findings:
         return mia_report(
             score_targets(
                 view.model, findings, truth, self.score, self.thresholds, view.seeds, self.permutations

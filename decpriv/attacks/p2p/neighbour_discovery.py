@@ -24,7 +24,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 
@@ -160,7 +160,7 @@ class NeighbourDiscovery(Attack):
                 tables += [discover(pool, np.array([a]), int(v), first, rounds, psi, omega) for v in victims]
         return Discovered(pd.concat(tables, ignore_index=True))
 
-    def evaluate(self, findings: Discovered, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Discovered, truth: Truth, view: View) -> Findings:
         table = findings.table.copy()
         true = {v: str(closed(view.network, int(v)).tolist()) for v in table.victim.unique()}
         table["true"] = table.victim.map(true)
@@ -180,4 +180,4 @@ class NeighbourDiscovery(Attack):
             f"{summary['discovery_final_exact_rate']:.1%} accumulated to the last round (a guess of as many "
             "nodes at random is almost never exact)."
         )
-        return Report(tables={"neighbour_discovery": table}, summary=summary)
+        return Findings(tables={"neighbour_discovery": table}, summary=summary)

@@ -21,7 +21,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 TARGETS = ("own", "zeros")
@@ -176,7 +176,7 @@ class StateOverride(Attack):
             aim = torch.full((len(forger.victims), honest_msgs.shape[1]), float("nan"))
         return Overridden(forger.victims, aim, W @ honest_msgs)
 
-    def evaluate(self, findings: Overridden, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Overridden, truth: Truth, view: View) -> Findings:
         reached = truth.final_states[torch.as_tensor(findings.victims)].to(findings.honest.dtype)
         aim = findings.targets.to(reached.dtype)
         miss = (reached - aim).norm(dim=1)
@@ -202,4 +202,4 @@ class StateOverride(Attack):
             f"{summary['override_min_controlled_fraction']:.1%}) of the way from where the honest run ends to the "
             "attacker's target (0: no effect, 100%: full control)."
         )
-        return Report(tables={"state_override": table}, summary=summary)
+        return Findings(tables={"state_override": table}, summary=summary)

@@ -31,7 +31,7 @@ from decpriv.attacks.p2p.neighbourhood import updates
 from decpriv.attacks.p2p.scores import SCORES
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.report.plots import plt
 from decpriv.truth import Truth
 
@@ -221,7 +221,7 @@ class SybilEvasion(Attack):
             return truth.extras["plain_messages"][torch.as_tensor(rows), col]
         return received_from(T, rows, v, -1)
 
-    def evaluate(self, findings: Evasion, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Evasion, truth: Truth, view: View) -> Findings:
         pair, rounds = view.plan, findings.rounds
         true = self.truth_updates(truth, view).to(findings.recovered.dtype)
         norm = true.norm(dim=1).clamp_min(1e-300)
@@ -271,7 +271,7 @@ class SybilEvasion(Attack):
             f"and {summary['aggregate_min_relative_error']:.2g} from the aggregate."
         )
         figures = {"plots/sybil_evasion.png": error_figure(table)}
-        report = Report(tables={"sybil_evasion": table}, summary=summary, figures=figures)
+        report = Findings(tables={"sybil_evasion": table}, summary=summary, figures=figures)
         verdict = summary["verdict"]
         report.merge(self.membership(findings, true, truth, view))
         report.summary["verdict"] = verdict  # the recovery is the attack; its MIA rows stay in the table
@@ -281,7 +281,7 @@ class SybilEvasion(Attack):
             report.figures.update(figures)
         return report
 
-    def membership(self, findings: Evasion, true: torch.Tensor, truth: Truth, view: View) -> Report:
+    def membership(self, findings: Evasion, true: torch.Tensor, truth: Truth, view: View) -> Findings:
         """MIA on each view of v's update. Baselines: ``noise``, a model drawn without any data (what a
         view that carries no information scores, class-composition effects of the victim's set included);
         ``true_update``, the plain update (scoring reference: what a node seeing it in the clear tests)."""

@@ -37,7 +37,7 @@ from decpriv.attacks.pdmm.leak import (
     links,
 )
 from decpriv.errors import bad
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 
@@ -205,7 +205,7 @@ class DiffGrad(Attack):
             objectives.append(inv.objective)
         return Reconstruction(victims, xs, ys, objectives, t_max, "lbfgs")
 
-    def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Findings:
         spec = view.data_spec
         is_image = len(spec.input_shape) == 3
         data_range = spec.data_range or (0.0, 1.0)
@@ -254,4 +254,4 @@ class DiffGrad(Attack):
             f"diffgrad ({how}) inverted the gradient differences D^{self.round} leaked by the Delta z of "
             f"{len(findings.victims)} honest node(s) with {len(table)} sample(s): {recovered}; {labels}."
         )
-        return Report(tables={"attack": table}, summary=summary, figures=figures)
+        return Findings(tables={"attack": table}, summary=summary, figures=figures)

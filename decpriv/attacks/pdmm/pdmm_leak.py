@@ -17,7 +17,7 @@ from decpriv.attacks.pdmm.leak import (
     extract,
 )
 from decpriv.errors import bad
-from decpriv.report.findings import Report, keyed
+from decpriv.report.findings import Findings, keyed
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
 
@@ -77,7 +77,7 @@ class PDMMLeak(Attack):
             t: extract(view, t, a.rho, a.theta, a.update, self.form, a.alpha, a.mu) for t in self.stops(view)
         }
 
-    def evaluate(self, findings: dict[int, Leak], truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: dict[int, Leak], truth: Truth, view: View) -> Findings:
         models = truth.extras["models"].to(torch.float64)
         honest = np.setdiff1d(np.arange(view.network.n), view.attackers)
         rows, stops = [], []
@@ -140,7 +140,7 @@ class PDMMLeak(Attack):
             ),
         }
         keyed(table, "t_max", "round", "node"), keyed(by_stop, "t_max")
-        return Report(
+        return Findings(
             tables={"pdmm_leak": table, "pdmm_leak_by_t_max": by_stop}, summary=summary, figures=figures
         )
 

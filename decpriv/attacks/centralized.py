@@ -34,7 +34,7 @@ from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
-from decpriv.report.findings import Report
+from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 
@@ -212,7 +212,7 @@ class GradientInversion(Attack):
             )
         return Reconstructions(victims, inversions)
 
-    def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Report:
+    def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Findings:
         data_range = view.data_spec.data_range or (0.0, 1.0)
         image = len(view.data_spec.input_shape) == 3
         inversions = findings.inversions
@@ -259,7 +259,7 @@ class GradientInversion(Attack):
             f"{self.name} ({summary['attack_method']}) inverted the first-round gradient of "
             f"{len(findings.victims)} client(s), {len(table)} sample(s): {recovered}; {labels}."
         )
-        return Report(tables={"attack": table}, summary=summary, figures=figures)
+        return Findings(tables={"attack": table}, summary=summary, figures=figures)
 
 
 class DLG(GradientInversion):
