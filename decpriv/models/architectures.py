@@ -12,10 +12,6 @@ from torch import nn
 from decpriv.models.functional import FunctionalModel
 
 
-def _out(num_classes: int, binary_as_one: bool) -> int:
-    return 1 if binary_as_one and num_classes == 2 else max(num_classes, 1)
-
-
 def logistic(
     input_shape: tuple[int, ...],
     num_classes: int,
