@@ -7,7 +7,6 @@ viewer would display them. Identical images give MSE 0, PSNR +inf and SSIM 1.
 """
 
 import torch
-import torch.nn.functional as F
 
 SSIM_SIGMA = 1.5  # Wang et al. 2004, Sec. III-C: 11 x 11 circular-symmetric Gaussian window, sigma 1.5
 SSIM_K1, SSIM_K2 = 0.01, 0.03  # ibid., Eq. (7) and (9) constants
@@ -32,6 +31,18 @@ def psnr(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, f
     return 10 * torch.log10((high - low) ** 2 / mse(recovered, true, data_range))
 
 
+def _window_matrix(size: int, pad: int, gauss: torch.Tensor) -> torch.Tensor:
+    """(size, size) matrix B with B @ x = the reflection-padded x filtered by the 1-D window ``gauss``:
+    the Gaussian window is separable, so the 2-D filter of an (H, W) image is B_H X B_W^T (two small
+    matmuls instead of an 11 x 11 convolution, whose float64 path unfolds every window: 1 s for 1000
+    8 x 8 images, 9 s for 200 32 x 32 colour ones)."""
+    out = torch.arange(size, device=gauss.device)[:, None]
+    source = (out + torch.arange(-pad, pad + 1, device=gauss.device)).abs()  # reflect at 0 ...
+    source = torch.where(source > size - 1, 2 * (size - 1) - source, source)  # ... and at size - 1
+    matrix = torch.zeros(size, size, dtype=gauss.dtype, device=gauss.device)
+    return matrix.index_put_((out.expand_as(source), source), gauss.expand_as(source), accumulate=True)
+
+
 def ssim(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, float]) -> torch.Tensor:
     """(k,) SSIM per image (k, C, H, W): Wang et al. 2004, Eq. (13), local statistics under an 11 x 11
     Gaussian window (sigma 1.5) over the reflection-padded image, averaged over pixels and channels. The
@@ -43,11 +54,8 @@ def ssim(recovered: torch.Tensor, true: torch.Tensor, data_range: tuple[float, f
     offsets = torch.arange(-pad, pad + 1, dtype=t.dtype, device=t.device)
     gauss = torch.exp(-((offsets / SSIM_SIGMA) ** 2) / 2)
     gauss = gauss / gauss.sum()
-    channels = t.shape[1]
-    window = torch.outer(gauss, gauss).expand(channels, 1, 2 * pad + 1, 2 * pad + 1)
-    stacked = torch.cat([r, t, r * r, t * t, r * t])
-    padded = F.pad(stacked, (pad, pad, pad, pad), mode="reflect")
-    mu_r, mu_t, rr, tt, rt = F.conv2d(padded, window, groups=channels).split(len(t))
+    rows, cols = _window_matrix(t.shape[-2], pad, gauss), _window_matrix(t.shape[-1], pad, gauss)
+    mu_r, mu_t, rr, tt, rt = rows @ torch.stack([r, t, r * r, t * t, r * t]) @ cols.T
     var_r = (rr - mu_r**2).clamp(min=0)
     var_t = (tt - mu_t**2).clamp(min=0)
     cov = rt - mu_r * mu_t
