@@ -100,3 +100,15 @@ def test_cli_diffgrad_refuses_dsgd_and_a_missing_eavesdropper(cli):
     assert proc.returncode == 2 and "protocol=pdmm" in proc.stderr
     proc = cli("run", *LOGISTIC, "adversary.eavesdropper=false")
     assert proc.returncode == 2 and "eavesdropper" in proc.stderr
+
+
+def test_the_verdict_says_when_the_models_had_not_settled_at_t_max():
+    # overlapping classes and one gradient step a round (Yu's E1) converge; exact PDMM on separable data swings
+    settles = ["data.std=1.0", "protocol.update=inexact", "attack.update=k1"]
+    cheap = ["attack.analytic=false", "attack.iterations=3", "attack.restarts=1", "attack.victims=2"]
+    early = attack_error(["protocol.rounds=8", *settles, *cheap])
+    late = attack_error(["protocol.rounds=300", *settles, *cheap])
+    swinging = attack_error(["protocol.rounds=300", *cheap])
+    assert late["attack_settling"] < 0.01 and "had not settled" not in late["verdict"]
+    for unsettled in (early, swinging):
+        assert unsettled["attack_settling"] > 0.01 and "had not settled" in unsettled["verdict"]

@@ -49,6 +49,7 @@ class Reconstruction:
     objective: list[float]
     t_max: int
     method: str
+    settling: float  # median over victims of ||s^{t_max - 1}|| / ||s^1||: near 0 once the models settled
 
 
 def true_difference(view: View, victims: np.ndarray, t: int) -> tuple[torch.Tensor, ...]:
@@ -176,6 +177,10 @@ class DiffGrad(Attack):
         batch = self.batch_size or int(view.own_mask[0].sum())
         k = self.round - 1
         target, start, end = leak.difference[k], leak.start[k], leak.end[k]
+        # the anchor is the corrupt node's model, right only once every model has settled near it: the
+        # leaked steps tell the adversary whether they did (PDMM swings forever on some models)
+        step = leak.steps.flatten(2).norm(dim=2)
+        settling = float((step[-1] / step[0].clamp_min(1e-300)).median())
         if self.oracle:
             target, start, end = true_difference(view, victims, self.round)
         spec = view.data_spec
@@ -183,7 +188,7 @@ class DiffGrad(Attack):
             x = analytic_inputs(view.model, target).reshape(len(victims), 1, *spec.input_shape)
             unknown = torch.full((1,), -1, dtype=torch.long)
             return Reconstruction(
-                victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic"
+                victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic", settling
             )
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         xs, ys, objectives = [], [], []
@@ -203,7 +208,7 @@ class DiffGrad(Attack):
             xs.append(inv.x.detach().cpu())
             ys.append(inv.y.cpu())
             objectives.append(inv.objective)
-        return Reconstruction(victims, xs, ys, objectives, t_max, "lbfgs")
+        return Reconstruction(victims, xs, ys, objectives, t_max, "lbfgs", settling)
 
     def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Findings:
         spec = view.data_spec
@@ -222,6 +227,7 @@ class DiffGrad(Attack):
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_l2_error_median": float(table["l2_error"].median()),
             "attack_undefined": int((~table["defined"]).sum()),
+            "attack_settling": findings.settling,
         }
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
@@ -250,8 +256,14 @@ class DiffGrad(Attack):
             if findings.method == "analytic"
             else f"labels {summary['attack_label_accuracy']:.0%} right"
         )
+        anchor = ""
+        if findings.method != "analytic" and not self.oracle and findings.settling > 0.01:
+            anchor = (
+                f" The victims' last leaked step is {findings.settling:.2g} of their first: the models had "
+                f"not settled by t_max={findings.t_max}, so the points anchored at the corrupt node's model are off."
+            )
         summary["verdict"] = (
             f"diffgrad ({how}) inverted the gradient differences D^{self.round} leaked by the Delta z of "
-            f"{len(findings.victims)} honest node(s) with {len(table)} sample(s): {recovered}; {labels}."
+            f"{len(findings.victims)} honest node(s) with {len(table)} sample(s): {recovered}; {labels}.{anchor}"
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)
