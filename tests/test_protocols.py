@@ -294,3 +294,52 @@ def test_cnn_on_a_64_node_torus_reaches_95_percent():
     )
     assert outcome.summary["test_accuracy"] > 0.95
     assert outcome.summary["local_test_accuracy_mean"] > 0.93
+
+
+def _protocol(overrides):
+    """The protocol's constructor called on its composed keys (the range checks run there)."""
+    from hydra.utils import get_class
+
+    cfg, _ = compose_config(overrides)
+    keys = {k: v for k, v in cfg.protocol.items() if k != "_target_"}
+    return get_class(cfg.protocol._target_)(**keys)
+
+
+@pytest.mark.parametrize(
+    "option", ["dsgd", "fedavg", "fedsgd", "gossip", "pdmm", "pdmm_centralized", "random_walk"]
+)
+def test_hyper_is_only_what_the_protocol_declares_public(option):
+    """Attacks see ``hyper()``: the declared keys with the configured values, no simulator setting."""
+    protocol = _protocol([f"protocol={option}", "protocol.rounds=7"])
+    hyper = protocol.hyper()
+    assert list(hyper) == list(type(protocol).public)
+    assert hyper["rounds"] == 7
+    assert not {"dtype", "eval_every", "tol", "max_inner", "newton_max", "strict"} & set(hyper)
+    assert {"dtype", "eval_every"} & set(vars(protocol))  # they exist, they are just not public
+
+
+@pytest.mark.parametrize(
+    ("option", "override", "message"),
+    [
+        (
+            "dsgd",
+            "protocol.gossip_steps=0",
+            "protocol.gossip_steps=0: must be at least 1; set protocol.gossip_steps >= 1",
+        ),
+        ("fedavg", "protocol.local_steps=0", "protocol.local_steps=0: must be at least 1"),
+        ("random_walk", "protocol.lr=0.0", "protocol.lr=0.0: the learning rate must be positive"),
+        (
+            "random_walk",
+            "protocol.average_last=9",
+            "protocol.average_last=9: the window must lie within the 7 rounds",
+        ),
+        (
+            "gossip",
+            "protocol.dtype=float16",
+            "protocol.dtype='float16': unsupported precision; use float32 or float64",
+        ),
+    ],
+)
+def test_shared_range_checks_name_key_value_and_fix(option, override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _protocol([f"protocol={option}", "protocol.rounds=7", override])

@@ -14,7 +14,7 @@ from decpriv.adversary.recorder import Recorder
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.errors import Diverged
+from decpriv.errors import Diverged, bad
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
 from decpriv.rng import Seeds
@@ -68,9 +68,12 @@ class Protocol(ABC):
     rounds: int
     recorder_kind = "broadcast"  # or "edges" for per-edge messages (PDMM)
     reduction = "mean"  # how f_i combines local samples when model.reduction is null
+    # What every participant knows (the attacks' view); simulator settings (dtype, eval_every, solver
+    # tolerances) stay out, so an attack cannot come to depend on them.
+    public: tuple[str, ...] = ("rounds",)
 
     def hyper(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        return {key: getattr(self, key) for key in self.public}
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""
@@ -78,6 +81,36 @@ class Protocol(ABC):
     @abstractmethod
     def run(self, sim: Simulation) -> Outcome:
         """All rounds over all nodes at once; what the adversary sees goes through ``sim.recorder``."""
+
+
+def check_counts(**counts: int) -> None:
+    """Each named count (``rounds``, ``local_steps``, ``gossip_steps``) is at least 1."""
+    for key, value in counts.items():
+        if value < 1:
+            raise bad(f"protocol.{key}", value, "must be at least 1", f"set protocol.{key} >= 1")
+
+
+def check_sgd(lr: float, batch_size: int | None) -> None:
+    """A positive learning rate and a positive (or null: full) batch size."""
+    if lr <= 0:
+        raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
+    if batch_size is not None and batch_size < 1:
+        raise bad("protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16")
+
+
+def check_average_last(average_last: int | None, rounds: int) -> None:
+    if average_last is not None and not 1 <= average_last <= rounds:
+        raise bad(
+            "protocol.average_last",
+            average_last,
+            f"the window must lie within the {rounds} rounds",
+            f"use 1..{rounds} or null (last round only)",
+        )
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in ("float32", "float64"):
+        raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
 
 
 def eval_rounds(rounds: int, every: int | None, points: int = 25) -> set[int]:

@@ -25,7 +25,16 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.base import (
+    Outcome,
+    Protocol,
+    Simulation,
+    check_average_last,
+    check_counts,
+    check_dtype,
+    check_sgd,
+    eval_rounds,
+)
 
 
 def check_batch_size(batch_size: int | None, network: Network, dataset: Dataset) -> None:
@@ -43,6 +52,17 @@ def check_batch_size(batch_size: int | None, network: Network, dataset: Dataset)
 
 class DSGD(Protocol):
     name = "dsgd"
+    public = (
+        "rounds",
+        "lr",
+        "batch_size",
+        "local_steps",
+        "momentum",
+        "weight_decay",
+        "gossip_steps",
+        "same_init",
+        "average_last",
+    )
 
     def __init__(
         self,
@@ -58,30 +78,12 @@ class DSGD(Protocol):
         average_last: int | None = None,
         dtype: str = "float32",
     ):
-        for key, value, low in (
-            ("rounds", rounds, 1),
-            ("local_steps", local_steps, 1),
-            ("gossip_steps", gossip_steps, 1),
-        ):
-            if value < low:
-                raise bad(f"protocol.{key}", value, f"must be at least {low}", f"set protocol.{key} >= {low}")
-        if lr <= 0:
-            raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
+        check_counts(rounds=rounds, local_steps=local_steps, gossip_steps=gossip_steps)
+        check_sgd(lr, batch_size)
         if not 0 <= momentum < 1:
             raise bad("protocol.momentum", momentum, "momentum lies in [0, 1)", "use e.g. 0.9")
-        if batch_size is not None and batch_size < 1:
-            raise bad(
-                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
-            )
-        if average_last is not None and not 1 <= average_last <= rounds:
-            raise bad(
-                "protocol.average_last",
-                average_last,
-                f"the window must lie within the {rounds} rounds",
-                f"use 1..{rounds} or null (last round only)",
-            )
-        if dtype not in ("float32", "float64"):
-            raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
+        check_average_last(average_last, rounds)
+        check_dtype(dtype)
         self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
         self.local_steps, self.momentum, self.weight_decay = local_steps, momentum, weight_decay
         self.gossip_steps, self.same_init, self.eval_every = gossip_steps, same_init, eval_every

@@ -21,7 +21,7 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_sgd, eval_rounds
 from decpriv.protocols.dsgd import check_batch_size
 
 
@@ -36,6 +36,7 @@ def client_nodes(network: Network) -> np.ndarray:
 
 class FedAvg(Protocol):
     name = "fedavg"
+    public = ("rounds", "lr", "batch_size", "local_steps", "client_fraction", "local_epochs")
 
     def __init__(
         self,
@@ -47,17 +48,10 @@ class FedAvg(Protocol):
         eval_every: int | None = None,
         local_epochs: float | None = None,
     ):
-        for key, value in (("rounds", rounds), ("local_steps", local_steps)):
-            if value < 1:
-                raise bad(f"protocol.{key}", value, "must be at least 1", f"set protocol.{key} >= 1")
+        check_counts(rounds=rounds, local_steps=local_steps)
+        check_sgd(lr, batch_size)
         if local_epochs is not None and local_epochs <= 0:
             raise bad("protocol.local_epochs", local_epochs, "must be positive", "use e.g. 1 or null")
-        if batch_size is not None and batch_size < 1:
-            raise bad(
-                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
-            )
-        if lr <= 0:
-            raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
         if not 0 < client_fraction <= 1:
             raise bad(
                 "protocol.client_fraction", client_fraction, "a fraction lies in (0, 1]", "use e.g. 1.0"

@@ -9,20 +9,20 @@ mean at rate (1 - gap)^k; with the row-stochastic ``uniform`` W they agree on a 
 import pandas as pd
 import torch
 
-from decpriv.errors import bad
 from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.metrics.training import consensus_distance
-from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_dtype, eval_rounds
 
 
 class GossipAveraging(Protocol):
     name = "gossip"
+    public = ("rounds", "accelerated")
 
     def __init__(
         self, rounds: int = 10, accelerated: bool = False, dtype: str = "float64", eval_every: int | None = 1
     ):
-        if rounds < 1:
-            raise bad("protocol.rounds", rounds, "gossip needs at least one step", "set protocol.rounds >= 1")
+        check_counts(rounds=rounds)
+        check_dtype(dtype)
         self.rounds = rounds
         self.accelerated = accelerated
         self.dtype = dtype

@@ -65,6 +65,7 @@ class PDMM(Protocol):
     name = "pdmm"
     recorder_kind = "edges"
     reduction = "sum"
+    public = ("rounds", "rho", "theta", "update", "k_max", "alpha", "mu", "z_std")
 
     def __init__(
         self,

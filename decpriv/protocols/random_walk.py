@@ -14,16 +14,25 @@ import pandas as pd
 import torch
 
 from decpriv.data.datasets import Dataset
-from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.base import (
+    Outcome,
+    Protocol,
+    Simulation,
+    check_average_last,
+    check_counts,
+    check_dtype,
+    check_sgd,
+    eval_rounds,
+)
 from decpriv.protocols.dsgd import check_batch_size
 
 
 class RandomWalkSGD(Protocol):
     name = "random_walk"
+    public = ("rounds", "lr", "batch_size", "local_steps", "average_last")
 
     def __init__(
         self,
@@ -34,20 +43,10 @@ class RandomWalkSGD(Protocol):
         average_last: int | None = None,
         dtype: str = "float32",
     ):
-        if rounds < 1:
-            raise bad(
-                "protocol.rounds", rounds, "the walk needs at least one step", "set protocol.rounds >= 1"
-            )
-        if lr <= 0:
-            raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
-        if batch_size is not None and batch_size < 1:
-            raise bad(
-                "protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16"
-            )
-        if average_last is not None and not 1 <= average_last <= rounds:
-            raise bad("protocol.average_last", average_last, f"must lie in 1..{rounds}", "or null")
-        if dtype not in ("float32", "float64"):
-            raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
+        check_counts(rounds=rounds)
+        check_sgd(lr, batch_size)
+        check_average_last(average_last, rounds)
+        check_dtype(dtype)
         self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
         self.eval_every, self.average_last, self.dtype = eval_every, average_last, dtype
         self.local_steps = 1
