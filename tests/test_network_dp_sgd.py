@@ -21,6 +21,8 @@ from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.privacy.linear_view import reach_bound, view_quadratic, whole_view_loss
 from decpriv.privacy.network_dp import NetworkDPAccountant
+from decpriv.protocols.dsgd import DSGD
+from decpriv.protocols.gossip import GossipAveraging
 
 
 def dense_view_quadratic(W: np.ndarray, A: np.ndarray, K: int, T: int) -> np.ndarray:
@@ -73,7 +75,7 @@ def test_whole_view_matches_dense_projector_and_never_reports_below_it(graph, K,
 
 def sgd_setup(graph: nx.Graph, rounds: int, gossip_steps: int, sigma: float):
     network = Network.build(graph, metropolis_hastings)
-    protocol = SimpleNamespace(name="dsgd", rounds=rounds, gossip_steps=gossip_steps, local_steps=1)
+    protocol = DSGD(rounds=rounds, gossip_steps=gossip_steps, local_steps=1)
     return SimpleNamespace(network=network, protocol=protocol, defense=LocalDP(sigma=sigma))
 
 
@@ -126,7 +128,7 @@ def test_gossip_view_is_exact_leverage_and_acceleration_does_not_change_it():
     np.fill_diagonal(dense, 0.0)
     np.testing.assert_allclose(F, dense, atol=1e-10)
     assert exact.all()
-    gossip = SimpleNamespace(name="gossip", rounds=3, accelerated=True)
+    gossip = GossipAveraging(rounds=3, accelerated=True)
     setup = SimpleNamespace(network=net, protocol=gossip, defense=Muffliato(sigma=1.0))
     table = NetworkDPAccountant().account(setup).tables["privacy"]
     np.testing.assert_allclose(table.epsilon_rdp, 20.0 * F[table.source, table.observer], atol=1e-9)

@@ -145,9 +145,9 @@ class NetworkDPAccountant(Accountant):
     def check(self, setup: Setup) -> None:
         defense, protocol = setup.defense, setup.protocol
         mechanism = defense.mechanism()
-        if mechanism is not None and mechanism.on == "values" and protocol.name == "gossip":
+        if mechanism is not None and mechanism.on == "values" and protocol.noised == "values":
             return
-        if mechanism is not None and mechanism.local_gaussian and protocol.name == "dsgd":
+        if mechanism is not None and mechanism.local_gaussian and protocol.noised == "gradients":
             if protocol.local_steps != 1:
                 raise bad(
                     "protocol.local_steps",
@@ -172,13 +172,6 @@ class NetworkDPAccountant(Accountant):
             "change the defense/protocol pair or the accountant",
         )
 
-    def schedule(self, setup: Setup) -> tuple[int, int, bool]:
-        """(gossip steps K per noise draw, number of noise draws T, accelerated)."""
-        protocol = setup.protocol
-        if protocol.name == "gossip":
-            return protocol.rounds, 1, protocol.accelerated
-        return protocol.gossip_steps, protocol.rounds, False
-
     def whole_view(self, network, steps: int, draws: int, distance: np.ndarray) -> tuple[ViewLoss, float]:
         """The losses in units of the per-round level by ``method``, and the exact computation's cost."""
         width = 1 + int(network.adjacency.sum(1).max())
@@ -191,7 +184,7 @@ class NetworkDPAccountant(Accountant):
 
     def account(self, setup: Setup) -> Findings:
         network, sigma = setup.network, setup.defense.mechanism().sigma
-        steps, draws, accelerated = self.schedule(setup)
+        steps, draws, accelerated = setup.protocol.gossip_schedule()
         level = self.alpha * 2.0 / sigma**2  # alpha Delta^2 / (2 sigma^2 C^2) with Delta = 2C
         distance = shortest_path(network.adjacency, unweighted=True, directed=False)
         view, cost = self.whole_view(network, steps, draws, distance)

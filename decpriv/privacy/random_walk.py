@@ -59,7 +59,7 @@ class RandomWalkAccountant(Accountant):
 
     def check(self, setup: Setup) -> None:
         mechanism = setup.defense.mechanism()
-        if setup.protocol.name != "random_walk" or mechanism is None or not mechanism.local_gaussian:
+        if not setup.protocol.walks or mechanism is None or not mechanism.local_gaussian:
             raise bad(
                 "accountant",
                 self.name,

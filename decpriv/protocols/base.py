@@ -71,9 +71,18 @@ class Protocol(ABC):
     # What every participant knows (the attacks' view); simulator settings (dtype, eval_every, solver
     # tolerances) stay out, so an attack cannot come to depend on them.
     public: tuple[str, ...] = ("rounds",)
+    # What the pairwise network-DP accountants need, declared rather than read off the name: where fresh
+    # noise enters before gossip ("values": once, on the initial values; "gradients": every round) and
+    # whether one token walks the graph instead.
+    noised: str | None = None
+    walks = False
 
     def hyper(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.public}
+
+    def gossip_schedule(self) -> tuple[int, int, bool]:
+        """(gossip steps K after each noise draw, number of draws T, accelerated) when ``noised`` is set."""
+        raise NotImplementedError(f"protocol={self.name} declares no gossip schedule")
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""

@@ -64,6 +64,8 @@ class DSGD(Protocol):
         "average_last",
     )
 
+    noised = "gradients"
+
     def __init__(
         self,
         rounds: int = 100,
@@ -88,6 +90,9 @@ class DSGD(Protocol):
         self.local_steps, self.momentum, self.weight_decay = local_steps, momentum, weight_decay
         self.gossip_steps, self.same_init, self.eval_every = gossip_steps, same_init, eval_every
         self.average_last, self.dtype = average_last, dtype
+
+    def gossip_schedule(self) -> tuple[int, int, bool]:
+        return self.gossip_steps, self.rounds, False
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         check_batch_size(self.batch_size, network, dataset)

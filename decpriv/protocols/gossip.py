@@ -17,6 +17,7 @@ from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, 
 class GossipAveraging(Protocol):
     name = "gossip"
     public = ("rounds", "accelerated")
+    noised = "values"
 
     def __init__(
         self, rounds: int = 10, accelerated: bool = False, dtype: str = "float64", eval_every: int | None = 1
@@ -27,6 +28,9 @@ class GossipAveraging(Protocol):
         self.accelerated = accelerated
         self.dtype = dtype
         self.eval_every = eval_every
+
+    def gossip_schedule(self) -> tuple[int, int, bool]:
+        return self.rounds, 1, self.accelerated
 
     def run(self, sim: Simulation) -> Outcome:
         dtype = getattr(torch, self.dtype)

@@ -33,6 +33,7 @@ from decpriv.protocols.dsgd import check_batch_size
 class RandomWalkSGD(Protocol):
     name = "random_walk"
     public = ("rounds", "lr", "batch_size", "local_steps", "average_last")
+    walks = True
 
     def __init__(
         self,
