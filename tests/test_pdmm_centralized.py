@@ -34,6 +34,7 @@ def test_the_server_model_reaches_the_least_squares_optimum_of_all_clients():
     assert torch.allclose(final[0], optimum, atol=1e-8)
     assert torch.allclose(final[torch.as_tensor(clients)], optimum.expand(len(clients), -1), atol=1e-8)
     assert outcome.summary["pdmm_max_residual"] <= 1e-8
+    assert outcome.summary["pdmm_last_change"] < 1e-6
 
 
 def test_one_round_of_z_reveals_each_clients_model_and_gradient():

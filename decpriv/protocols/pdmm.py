@@ -61,6 +61,12 @@ def positions(directed: np.ndarray, senders: np.ndarray, receivers: np.ndarray, 
     return np.searchsorted(directed[:, 0] * n + directed[:, 1], senders * n + receivers)
 
 
+def last_change(trajectory: torch.Tensor) -> float:
+    """||W^T - W^{T-2}|| / ||W^T|| over all nodes' models: near 0 once PDMM settled. Two rounds apart, so
+    the period-2 swing that theta = 1 keeps up on problems it does not converge on shows as well."""
+    return float((trajectory[-1] - trajectory[-3]).norm() / trajectory[-1].norm().clamp_min(1e-300))
+
+
 class PDMM(Protocol):
     name = "pdmm"
     recorder_kind = "edges"
@@ -243,6 +249,7 @@ class PDMM(Protocol):
         summary.update(z_std=self.z_std, pdmm_theta=self.theta, pdmm_update=self.update)
         summary.update(self.convergence(torch.stack(residuals).cpu(), torch.stack(inner).cpu()))
         trajectory = torch.stack(models).cpu()
+        summary["pdmm_last_change"] = last_change(trajectory)
         own = torch.as_tensor(sim.adversary.nodes, dtype=torch.int64)
         return Outcome(
             history,

@@ -27,7 +27,7 @@ from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import Outcome, Simulation, eval_rounds
 from decpriv.protocols.fedavg import client_nodes
-from decpriv.protocols.pdmm import PDMM, directed_edges, positions
+from decpriv.protocols.pdmm import PDMM, directed_edges, last_change, positions
 
 
 def star_server(network: Network) -> int:
@@ -120,4 +120,6 @@ class PDMMCentralized(PDMM):
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
         summary.update(self.convergence(torch.stack(residuals).cpu(), torch.stack(inner).cpu()))
-        return Outcome(history, w, summary, truth={"models": torch.stack(models).cpu()})
+        trajectory = torch.stack(models).cpu()
+        summary["pdmm_last_change"] = last_change(trajectory)
+        return Outcome(history, w, summary, truth={"models": trajectory})
