@@ -13,7 +13,6 @@ import pandas as pd
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from decpriv import experiment
 from decpriv.report.run_folder import claim_folder, read_status, read_table
 
 
@@ -41,25 +40,32 @@ def load(path: Path | str) -> RunResult:
     return RunResult(path, read_status(path).get("status", "unknown"), tables)
 
 
-def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict]:
-    """Compose decpriv's config with Hydra overrides; returns (config without ``hydra``, group choices)."""
+def compose_job(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict, DictConfig]:
+    """Compose decpriv's config with Hydra overrides once; returns (config without ``hydra``, group
+    choices, the ``hydra`` node: run and sweep folders, launcher, sweeper params)."""
     with initialize_config_module("decpriv.conf", version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    hydra = cfg.hydra
     choices = {
-        k: v
-        for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
-        if not k.startswith("hydra")
+        k: v for k, v in OmegaConf.to_container(hydra.runtime.choices).items() if not k.startswith("hydra")
     }
     with open_dict(cfg):
         del cfg["hydra"]
+    return cfg, choices, hydra
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict]:
+    """Compose decpriv's config with Hydra overrides; returns (config without ``hydra``, group choices)."""
+    cfg, choices, _ = compose_job(overrides)
     return cfg, choices
 
 
-def sweeper_params(overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """``hydra.sweeper.params`` after composition: the sweep an experiment preset declares."""
-    with initialize_config_module("decpriv.conf", version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    params = cfg.hydra.sweeper.get("params")
+def sweeper_params(overrides: list[str] | tuple[str, ...] = (), hydra: DictConfig | None = None) -> dict:
+    """``hydra.sweeper.params`` after composition: the sweep an experiment preset declares (from the
+    ``hydra`` node of :func:`compose_job` when given, else composed here)."""
+    if hydra is None:
+        hydra = compose_job(overrides)[2]
+    params = hydra.sweeper.get("params")
     return {} if params is None else OmegaConf.to_container(params)
 
 
@@ -68,8 +74,10 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
 
     The config is checked in full (every plugin, cross-plugin checks) before any folder is created; the
     folder is ``out_dir`` when given, else a new ``runs/<date>/<time>`` (``-2``, ``-3`` ... when taken)."""
+    from decpriv import experiment  # torch: imported by running, not by composing
+
     cfg, choices = compose_config(overrides)
-    experiment.precheck(cfg, choices)
+    experiment.precheck(cfg, choices, keep=True)
     if out_dir is None:
         out = claim_folder(Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
     else:
@@ -77,5 +85,5 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     (out / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
-    experiment.run(cfg, out, choices)
+    experiment.run(cfg, out, choices, prebuilt=experiment.take_prebuilt(cfg))
     return load(out)

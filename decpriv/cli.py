@@ -64,8 +64,9 @@ def _hydra_job(cfg: DictConfig) -> None:
         if terminal or not multirun:
             Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
         return
+    prebuilt = None if multirun else experiment.take_prebuilt(cfg)  # the precheck's build of this config
     try:
-        experiment.run(cfg, out, choices, show_progress=sys.stderr.isatty() and not multirun)
+        experiment.run(cfg, out, choices, sys.stderr.isatty() and not multirun, prebuilt)
     except Exception as error:
         if not multirun:
             experiment.error_exit(error, bool(cfg.get("debug")))
@@ -126,21 +127,56 @@ def _explain_composition(error: Exception, overrides: list[str]) -> str:
     return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
 
 
-def _compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict]:
-    from decpriv.api import compose_config
+def _compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfig]:
+    from decpriv.api import compose_job
 
     try:
-        return compose_config(overrides)
+        return compose_job(overrides)
     except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
         raise ConfigError(_explain_composition(error, overrides)) from None
 
 
-def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
-    """Compose and check every job of the (possibly swept) command line before any job runs.
-
-    Returns the number of jobs and the swept keys (for the per-job progress line)."""
+def _check(cfg: DictConfig, choices: dict, overrides: list[str], multirun: bool, keep: bool = False) -> None:
+    """One job's whole build, no training (``keep``: for the run of a single job to reuse)."""
     from decpriv.experiment import precheck
     from decpriv.report.resume import check_fixed_folder, take_resume
+
+    if take_resume(cfg):
+        check_fixed_folder(overrides, multirun)
+    precheck(cfg, choices, keep=keep)
+
+
+def _check_in_worker(job: list[str], overrides: list[str]) -> str | None:
+    """A sweep job's refusal as one sentence, or None: composed and built in a launcher worker."""
+    try:
+        cfg, choices, _ = _compose_or_refuse(job)
+        _check(cfg, choices, overrides, True)
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: DictConfig) -> None:
+    """Check every job in the joblib launcher's own worker processes, with its own options: joblib then
+    reuses those workers for the jobs, which start with torch imported, and the parent neither imports
+    torch nor composes and builds the jobs one after another. Still all before any job starts."""
+    from hydra_plugins.hydra_joblib_launcher._core import process_joblib_cfg
+    from joblib import Parallel, delayed
+
+    options = {k: v for k, v in OmegaConf.to_container(launcher, resolve=True).items() if k != "_target_"}
+    options["backend"] = "loky"  # as the launcher sets it
+    process_joblib_cfg(options)
+    refusals = Parallel(**options)(delayed(_check_in_worker)(job, overrides) for job in jobs)
+    first = next((refusal for refusal in refusals if refusal is not None), None)
+    if first is not None:
+        raise ConfigError(first)
+
+
+def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], DictConfig]:
+    """Compose and check every job of the (possibly swept) command line before any job runs.
+
+    Returns the number of jobs, the swept keys (for the per-job progress line) and the first job's
+    ``hydra`` node (its output folder). The job count is in the environment before any worker starts."""
     from decpriv.report.sweep import expand
 
     jobs = [overrides]
@@ -149,39 +185,36 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str]]:
             jobs = expand(overrides)
         except Exception as error:  # Hydra's override grammar
             raise ConfigError(str(error).strip().splitlines()[0]) from None
-    for job in jobs:
-        cfg, choices = _compose_or_refuse(job)
-        if take_resume(cfg):
-            check_fixed_folder(overrides, multirun)
-        precheck(cfg, choices)
+    cfg, choices, hydra = _compose_or_refuse(jobs[0])
+    count, swept = 1, []
     if multirun:
         # a preset's own sweep (hydra.sweeper.params) is counted, not prechecked: Fig. 2 alone has 1200 jobs
         from decpriv.api import sweeper_params
         from decpriv.report.sweep import sweep_plan
 
-        return sweep_plan(overrides, sweeper_params(jobs[0]))
-    return 1, []
+        count, swept = sweep_plan(overrides, sweeper_params(jobs[0], hydra))
+    # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
+    os.environ[JOBS_ENV] = str(count)
+    os.environ[SWEPT_ENV] = ",".join(swept)
+    if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
+        _check_in_workers(jobs, overrides, hydra.launcher)
+        return count, swept, hydra
+    _check(cfg, choices, overrides, multirun, keep=not multirun)
+    for job in jobs[1:]:
+        _check(*_compose_or_refuse(job)[:2], overrides, multirun)
+    return count, swept, hydra
 
 
-def _output_folder(overrides: list[str], multirun: bool) -> tuple[str | None, Path]:
+def _output_folder(overrides: list[str], multirun: bool, hydra_cfg: DictConfig) -> tuple[str | None, Path]:
     """The run (sweep) folder, created before Hydra starts: a new one, made atomically with a ``-2``,
     ``-3`` ... suffix when the timestamped name exists, so two runs never share a folder. A folder the user
     names (hydra.run.dir=...) is used as given; it only has to be creatable. Returns the override to add
-    (None for a folder the user named) and the folder."""
-    from hydra import compose, initialize_config_module
-
+    (None for a folder the user named) and the folder. ``hydra_cfg``: the first job's ``hydra`` node."""
     from decpriv.errors import bad
     from decpriv.report.run_folder import claim_folder
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
-    first = overrides
-    if multirun:
-        from decpriv.report.sweep import expand
-
-        first = expand(overrides)[0]
-    with initialize_config_module("decpriv.conf", version_base="1.3"):
-        hydra_cfg = compose("config", overrides=list(first), return_hydra_config=True).hydra
     path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
     try:
         if given is not None:
@@ -234,16 +267,13 @@ def _run_command(args: list[str]) -> int:
     folder, path = None, None
     if not inspecting:
         try:
-            count, swept = _precheck(list(parsed.overrides), bool(parsed.multirun))
-            folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun))
+            count, swept, hydra_cfg = _precheck(list(parsed.overrides), bool(parsed.multirun))
+            folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun), hydra_cfg)
         except ConfigError as error:
             Console(stderr=True, soft_wrap=True).print(
                 f"[bold red]error:[/] {escape(str(error))}", highlight=False
             )
             return 2
-        # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
-        os.environ[JOBS_ENV] = str(count)
-        os.environ[SWEPT_ENV] = ",".join(swept)
     sys.argv = ["decpriv run", *args, *([folder] if folder else [])]
     from decpriv.report.sweep import SweepSummary
 

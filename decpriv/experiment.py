@@ -8,9 +8,10 @@ leaves nothing behind.
 import hashlib
 import json
 import sys
+import time
 import warnings
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -186,12 +187,38 @@ def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
         ) from None
 
 
-def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Setup:
+@dataclass(eq=False)
+class Prebuilt:
+    """A precheck's setup kept for the run of the same config: building again would load the data and
+    construct every plugin a second time, for the same result (the build is deterministic in the config)."""
+
+    config: Any  # OmegaConf.to_container of the config it was built from
+    setup: Setup
+    seconds: float  # the build's wall time, run.json's ``build`` phase
+    warnings: list[warnings.WarningMessage]  # raised while building; the run shows and keeps them
+
+
+_kept: list[Prebuilt] = []  # at most one: a single run's precheck, waiting for that run
+
+
+def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None, keep: bool = False) -> Setup:
     """Everything that can be decided without training: the whole :func:`build` (every plugin and
-    cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the run itself reports them
-        return build_explained(cfg, choices or {})
+    cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists.
+    ``keep``: remember the setup for :func:`take_prebuilt` (a single run builds once)."""
+    begin = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
+        setup = build_explained(cfg, choices or {})
+    _kept.clear()
+    if keep:
+        _kept.append(Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught))
+    return setup
+
+
+def take_prebuilt(cfg: DictConfig) -> Prebuilt | None:
+    """The kept precheck of this very config (then forgotten), else None."""
+    prebuilt = _kept.pop() if _kept else None
+    return prebuilt if prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg) else None
 
 
 def check_finite(outcome: Outcome) -> None:
@@ -288,9 +315,15 @@ def config_digest(config_columns: dict[str, Any]) -> str:
 
 
 def run(
-    cfg: DictConfig, out_dir: Path | str, choices: dict[str, Any] | None = None, show_progress: bool = False
+    cfg: DictConfig,
+    out_dir: Path | str,
+    choices: dict[str, Any] | None = None,
+    show_progress: bool = False,
+    prebuilt: Prebuilt | None = None,
 ) -> Path:
-    """Run the whole pipeline into ``out_dir``; returns it. Re-raises errors after marking run.json failed."""
+    """Run the whole pipeline into ``out_dir``; returns it. Re-raises errors after marking run.json failed.
+
+    ``prebuilt``: the precheck's setup of this config (:func:`take_prebuilt`), used instead of building."""
     folder = RunFolder(out_dir)
     config_columns = flatten_config(cfg, choices or {})
     folder.start(
@@ -299,7 +332,7 @@ def run(
         config_digest(config_columns),
     )
     with warnings.catch_warnings(), _recording(folder):
-        return _pipeline(cfg, folder, config_columns, choices or {}, show_progress)
+        return _pipeline(cfg, folder, config_columns, choices or {}, show_progress, prebuilt)
 
 
 @contextmanager
@@ -321,10 +354,17 @@ def _pipeline(
     config_columns: dict[str, Any],
     choices: dict[str, Any],
     show_progress: bool,
+    prebuilt: Prebuilt | None,
 ) -> Path:
     try:
-        with folder.phase("build"):
-            setup = build_explained(cfg, choices)
+        if prebuilt is None:
+            with folder.phase("build"):
+                setup = build_explained(cfg, choices)
+        else:
+            for caught in prebuilt.warnings:
+                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+            setup = prebuilt.setup
+            folder.timings["build"] = round(prebuilt.seconds, 4)
         with folder.phase("simulate"):
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)

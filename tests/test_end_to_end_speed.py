@@ -1,9 +1,17 @@
 """Speed paths that must not change results: SSIM through separable window matrices, one build per run,
 the parallel sweep's precheck in its workers."""
 
+import json
+from pathlib import Path
+
+import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_cli
 
+from decpriv import experiment
+from decpriv.api import compose_config
+from decpriv.cli import main
 from decpriv.metrics import images
 
 
@@ -30,3 +38,63 @@ def test_ssim_window_matrices_equal_the_reflect_padded_convolution():
         x = torch.rand(*shape, generator=gen, dtype=torch.float64)
         y = (x + 0.3 * torch.randn(*shape, generator=gen, dtype=torch.float64)).clamp(0, 1)
         assert torch.allclose(images.ssim(y, x, (0.0, 1.0)), _ssim_by_convolution(y, x), rtol=0, atol=1e-13)
+
+
+SMALL = ["protocol.rounds=4", "topology.n=8"]
+
+
+def _tables(folder: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(folder.glob("*.csv"))}
+
+
+def test_a_run_builds_its_setup_once_and_writes_what_two_builds_wrote(tmp_path, monkeypatch, capsys):
+    builds = []
+    real_build = experiment.build
+    monkeypatch.setattr(experiment, "build", lambda cfg: builds.append(1) or real_build(cfg))
+    assert main(["run", *SMALL, f"hydra.run.dir={tmp_path / 'once'}"]) == 0
+    assert len(builds) == 1  # the precheck's setup is the run's
+    meta = json.loads((tmp_path / "once" / "run.json").read_text())
+    assert meta["status"] == "completed" and meta["wall_seconds"]["build"] > 0
+    monkeypatch.setattr(experiment, "take_prebuilt", lambda cfg: None)  # as before: precheck, then build
+    assert main(["run", *SMALL, f"hydra.run.dir={tmp_path / 'twice'}"]) == 0
+    assert len(builds) == 3
+    once, twice = _tables(tmp_path / "once"), _tables(tmp_path / "twice")
+    assert len(once) >= 4 and once == twice
+
+
+def test_a_kept_setup_is_used_only_for_its_own_config():
+    cfg, choices = compose_config(SMALL)
+    experiment.precheck(cfg, choices, keep=True)
+    other, _ = compose_config([*SMALL, "seed=1"])
+    assert experiment.take_prebuilt(other) is None
+    assert experiment.take_prebuilt(cfg) is None  # taken (and dropped) by the mismatch above
+    experiment.precheck(cfg, choices, keep=True)
+    prebuilt = experiment.take_prebuilt(cfg)
+    assert prebuilt is not None and prebuilt.setup.network.n == 8 and prebuilt.seconds > 0
+    assert experiment.take_prebuilt(cfg) is None  # used once
+
+
+@pytest.mark.slow
+def test_parallel_sweep_writes_the_sequential_tables(tmp_path):
+    grid = ["-m", *SMALL, "seed=0,1", "topology=ring,complete"]
+    run_cli("run", *grid, "hydra.sweep.dir=seq", cwd=tmp_path, check=True)
+    run_cli(
+        "run",
+        *grid,
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweep.dir=par",
+        cwd=tmp_path,
+        check=True,
+    )
+    for job in range(4):
+        sequential, parallel = _tables(tmp_path / "seq" / str(job)), _tables(tmp_path / "par" / str(job))
+        assert len(sequential) >= 4 and sequential == parallel
+
+
+def test_parallel_sweep_refuses_a_bad_job_in_its_workers_before_any_job(tmp_path):
+    bad = run_cli(
+        "run", "-m", *SMALL, "topology.n=8,-1", "hydra/launcher=parallel", "hydra.sweep.dir=bad", cwd=tmp_path
+    )
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "topology.n=-1" in bad.stderr
