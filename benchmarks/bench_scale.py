@@ -61,6 +61,7 @@ def dsgd_point(n: int) -> dict:
     evaluate = Evaluator(setup.model, setup.dataset, setup.local, setup.device)
     evaluate(outcome.final)
     evaluation = time.perf_counter() - done
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the CLI-like run's, before the next
     # the round alone: 10x the rounds with the same two evaluations, the difference over the extra rounds
     longer = configured(10 * ROUNDS)
     start = time.perf_counter()
@@ -72,6 +73,7 @@ def dsgd_point(n: int) -> dict:
         "eval_s": evaluation,
         "rounds_per_s": 9 * ROUNDS / max(extra, 1e-9),
         "baseline_mb": baseline,
+        "peak_mb": peak,
         "p": setup.model.p,
         "test_accuracy": float(outcome.summary["test_accuracy"]),
     }
@@ -110,7 +112,7 @@ def knowledge_point(n: int) -> dict:
 
 def one(kind: str, n: int) -> None:
     result = (dsgd_point if kind == "dsgd" else knowledge_point)(n)
-    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result.setdefault("peak_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(result))
 
 
