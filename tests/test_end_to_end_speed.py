@@ -98,3 +98,27 @@ def test_parallel_sweep_refuses_a_bad_job_in_its_workers_before_any_job(tmp_path
     )
     assert bad.returncode == 2 and not (tmp_path / "bad").exists()
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "topology.n=-1" in bad.stderr
+
+
+def test_digits_read_without_scikit_learn_equal_load_digits():
+    import subprocess
+    import sys
+
+    code = "import sys; from decpriv.data.datasets import digits; from decpriv.rng import Seeds; digits(Seeds(0)); print('sklearn' in sys.modules)"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
+    from sklearn.datasets import load_digits
+
+    from decpriv.data.datasets import digits
+    from decpriv.rng import Seeds
+
+    raw = load_digits()
+    ours = digits(Seeds(5))
+    order = Seeds(5).numpy("data.split").permutation(len(raw.target))
+    train = order[int(round(0.25 * len(order))) :]
+    assert torch.equal(ours.x_train, torch.as_tensor((raw.images / 16.0).astype("float32")[train][:, None]))
+    assert torch.equal(ours.y_train, torch.as_tensor(raw.target[train].astype("int64")))
