@@ -12,6 +12,7 @@ import re
 import signal
 import sys
 import warnings
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -172,11 +173,12 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
         raise ConfigError(first)
 
 
-def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], DictConfig]:
+def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], DictConfig, bool]:
     """Compose and check every job of the (possibly swept) command line before any job runs.
 
-    Returns the number of jobs, the swept keys (for the per-job progress line) and the first job's
-    ``hydra`` node (its output folder). The job count is in the environment before any worker starts."""
+    Returns the number of jobs, the swept keys (for the per-job progress line), the first job's ``hydra``
+    node (its output folder) and whether every job was checked (not so for a preset's own sweep). The job
+    count is in the environment before any worker starts."""
     from decpriv.report.sweep import expand
 
     jobs = [overrides]
@@ -186,23 +188,38 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], Dic
         except Exception as error:  # Hydra's override grammar
             raise ConfigError(str(error).strip().splitlines()[0]) from None
     cfg, choices, hydra = _compose_or_refuse(jobs[0])
-    count, swept = 1, []
+    count, swept, params = 1, [], {}
     if multirun:
         # a preset's own sweep (hydra.sweeper.params) is counted, not prechecked: Fig. 2 alone has 1200 jobs
         from decpriv.api import sweeper_params
         from decpriv.report.sweep import sweep_plan
 
-        count, swept = sweep_plan(overrides, sweeper_params(jobs[0], hydra))
+        params = sweeper_params(jobs[0], hydra)
+        count, swept = sweep_plan(overrides, params)
     # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
     os.environ[JOBS_ENV] = str(count)
     os.environ[SWEPT_ENV] = ",".join(swept)
     if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
         _check_in_workers(jobs, overrides, hydra.launcher)
-        return count, swept, hydra
-    _check(cfg, choices, overrides, multirun, keep=not multirun)
-    for job in jobs[1:]:
-        _check(*_compose_or_refuse(job)[:2], overrides, multirun)
-    return count, swept, hydra
+    else:
+        _check(cfg, choices, overrides, multirun, keep=not multirun)
+        for job in jobs[1:]:
+            _check(*_compose_or_refuse(job)[:2], overrides, multirun)
+    return count, swept, hydra, not params
+
+
+@contextmanager
+def _sweep_checked():
+    """Hydra's basic sweeper composes every job once more before launching the batch
+    (``validate_batch_is_legal``: a quarter second a job, one after another in the parent); the precheck
+    has just composed and built each of them, so the sweep skips that second composition."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    BasicSweeper.validate_batch_is_legal = lambda self, batch: None
+    try:
+        yield
+    finally:
+        del BasicSweeper.validate_batch_is_legal
 
 
 def _output_folder(overrides: list[str], multirun: bool, hydra_cfg: DictConfig) -> tuple[str | None, Path]:
@@ -264,10 +281,10 @@ def _run_command(args: list[str]) -> int:
 
     parsed = get_args_parser().parse_args(args)
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
-    folder, path = None, None
+    folder, path, checked = None, None, False
     if not inspecting:
         try:
-            count, swept, hydra_cfg = _precheck(list(parsed.overrides), bool(parsed.multirun))
+            count, swept, hydra_cfg, checked = _precheck(list(parsed.overrides), bool(parsed.multirun))
             folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun), hydra_cfg)
         except ConfigError as error:
             Console(stderr=True, soft_wrap=True).print(
@@ -281,7 +298,8 @@ def _run_command(args: list[str]) -> int:
     SweepSummary.folder = None
     began = datetime.now().replace(microsecond=0)
     try:
-        _hydra_job()
+        with _sweep_checked() if parsed.multirun and checked else nullcontext():
+            _hydra_job()
     except KeyboardInterrupt as stop:
         name, code = _stop_code(stop)
         where = f" in {path}" if path else ""

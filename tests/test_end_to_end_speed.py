@@ -122,3 +122,18 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
     train = order[int(round(0.25 * len(order))) :]
     assert torch.equal(ours.x_train, torch.as_tensor((raw.images / 16.0).astype("float32")[train][:, None]))
     assert torch.equal(ours.y_train, torch.as_tensor(raw.target[train].astype("int64")))
+
+
+def test_a_prechecked_sweep_composes_each_job_once_more_only_to_run_it(tmp_path, monkeypatch):
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    composed = []
+    real = ConfigLoaderImpl.load_sweep_config
+    monkeypatch.setattr(
+        ConfigLoaderImpl, "load_sweep_config", lambda self, *a, **k: composed.append(1) or real(self, *a, **k)
+    )
+    assert main(["run", "-m", *SMALL, "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 'sw'}"]) == 0
+    assert len(composed) == 3  # Hydra's own re-validation of the batch (3 more) is skipped
+    assert "validate_batch_is_legal" not in BasicSweeper.__dict__  # and restored afterwards
+    assert len(list((tmp_path / "sw").glob("*/summary.csv"))) == 3
