@@ -7,6 +7,7 @@ status 2 before any job starts.
 
 import argparse
 import difflib
+import gc
 import os
 import re
 import signal
@@ -108,7 +109,10 @@ def _explain_composition(error: Exception, overrides: list[str]) -> str:
     hint = ""
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
     override = re.search(r"Could not override '([^']+)'", text)
-    if "submitit" in first:
+    nulled = [o.split("=", 1)[0] for o in overrides if re.fullmatch(r"[\w/]+=null", o)]
+    if "Got NoneType" in first and nulled:
+        hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
+    elif "submitit" in first:
         hint = "the slurm launcher needs Hydra's submitit plugin: pip install 'decpriv[slurm]'"
     elif missing:
         options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
@@ -154,7 +158,18 @@ def _check_in_worker(job: list[str], overrides: list[str]) -> str | None:
         _check(cfg, choices, overrides, True)
     except ConfigError as error:
         return str(error)
+    finally:
+        _freeze_imports()
     return None
+
+
+def _freeze_imports() -> None:
+    """Move the objects alive now (torch's, pandas', matplotlib's modules, once imported) out of the
+    garbage collector's reach: its full collections, and the last one at exit, stop walking them
+    (a process that imported torch takes 0.9 s less to exit; a joblib worker, to be shut down)."""
+    if not gc.get_freeze_count():
+        gc.collect()  # the garbage of the build just checked is not kept alive
+        gc.freeze()
 
 
 def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: DictConfig) -> None:
@@ -557,7 +572,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     try:
-        sys.exit(main())
+        code = main()
+        gc.freeze()  # exit without a last collection over every object of torch & co. (1 s)
+        sys.exit(code)
     except BrokenPipeError:
         # Output piped into `head`: stop quietly, as the Python docs advise for this signal.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
