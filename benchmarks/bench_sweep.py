@@ -3,7 +3,9 @@ launcher against ``hydra/launcher=parallel`` (joblib, one process per core), run
 ``REPEATS`` each so a load spike on the shared machine hits one sample, not one side. Goal: the parallel
 sweep at least 1.7x faster on 2 cores. The parallel sweep checks its jobs in the launcher's workers
 (``decpriv.cli._check_in_workers``), so its parent never imports torch; the sequential one checks them in
-the parent, then runs them there.
+the parent, then runs them there. Beside it, the headroom the machine leaves: how much faster two copies of
+a pure-Python loop finish side by side than one after the other (2x on two idle cores; the shared
+development machine often gives far less, which caps any parallel launcher).
 """
 
 import os
@@ -34,8 +36,24 @@ def sweep_seconds(folder: Path, parallel: bool) -> float:
     return time.perf_counter() - begin
 
 
+LOOP = [sys.executable, "-c", "sum(i * i for i in range(6_000_000))"]
+
+
+def headroom() -> float:
+    """(one loop after the other) / (two side by side): 2.0 on two idle cores."""
+    begin = time.perf_counter()
+    subprocess.run(LOOP, check=True)
+    subprocess.run(LOOP, check=True)
+    serial = time.perf_counter() - begin
+    begin = time.perf_counter()
+    for process in [subprocess.Popen(LOOP) for _ in range(2)]:
+        process.wait()
+    return serial / (time.perf_counter() - begin)
+
+
 def main() -> None:
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"headroom: two CPU-bound processes finish {headroom():.2f}x faster side by side than in turn")
     times: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(REPEATS):
@@ -49,6 +67,7 @@ def main() -> None:
         f"{JOBS}-job sweep of the default experiment on {os.cpu_count()} cores: sequential {sequential:.1f} s,"
         f" parallel {parallel:.1f} s ({sequential / parallel:.2f}x; summary tables equal: {same})"
     )
+    print(f"headroom after: {headroom():.2f}x")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
