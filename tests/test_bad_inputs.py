@@ -49,6 +49,7 @@ CONFIG_CASES = [
     (["run", "topolgy=ring"], 2, "did you mean topology", None),
     (["run", "topology=torsu"], 2, "did you mean torus", None),
     (["run", "protocol.lrr=0.1"], 2, "did you mean protocol.lr", None),
+    (["run", "attack=null"], 2, "write ~attack", None),
     (["run", "adversary.nodes=[1,1]"], 2, "adversary.nodes", None),
     # cross-plugin checks: decided by the build, before any folder
     (["run", "attack=knowledge_matrix"], 2, "protocol.batch_size", "dsgd_default"),
