@@ -5,10 +5,11 @@ shift, and the balanced member / non-member sets."""
 import numpy as np
 import pytest
 import torch
+from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from decpriv.attacks.p2p.mia import balanced_sets
-from decpriv.attacks.p2p.null import null_summary, shuffled_labels, statistics
+from decpriv.attacks.p2p.null import mid_ranks, null_summary, shuffled_labels, statistics
 from decpriv.attacks.p2p.scores import best_threshold_advantage
 
 
@@ -95,3 +96,12 @@ def test_balanced_sets_are_equal_sized_uniform_and_reproducible():
     for row, keep in zip(outside, mask, strict=True):
         chosen = row[keep]
         assert len(set(chosen.tolist())) == len(chosen) and chosen.max() < 6
+
+
+def test_mid_ranks_equal_scipys_average_ranks_with_ties_and_padding():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 6, (4, 30), generator=g).double()  # many ties
+    scores[1, 20:] = torch.inf  # padding sorts last, tied
+    order = scores.argsort(dim=1, stable=True)
+    expected = torch.as_tensor(rankdata(scores.numpy(), axis=1, method="average"))
+    assert torch.equal(mid_ranks(scores.gather(1, order), order), expected)

@@ -13,10 +13,21 @@ Conventions: a LOWER score means "member"; ``valid`` masks the padding of rows o
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 
 FPRS = {"tpr_at_1pct_fpr": 0.01, "tpr_at_0.1pct_fpr": 0.001}
 STATISTICS = ("advantage", "auc", *FPRS)
+
+
+def mid_ranks(ordered: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """1-based ranks of each row, ties sharing their mean rank (scipy's ``rankdata(method="average")``),
+    from the row's ascending ``ordered`` values and the ``order`` that sorts it."""
+    start = torch.ones_like(ordered, dtype=torch.bool)
+    start[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    group = start.cumsum(1) - 1
+    position = torch.arange(1, ordered.shape[1] + 1, dtype=torch.float64).expand_as(ordered)
+    total = torch.zeros_like(position).scatter_add_(1, group, position)
+    count = torch.zeros_like(position).scatter_add_(1, group, torch.ones_like(position))
+    return torch.empty_like(position).scatter_(1, order, (total / count.clamp_min(1)).gather(1, group))
 
 
 def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, thresholds: int) -> dict:
@@ -45,7 +56,7 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
     tnr = (neg[..., None] - (below[:, None, :] - tp_rho)) / neg[..., None]
     out = {"advantage": ((tp_rho / pos[..., None] + tnr) / 2).amax(-1) - 0.5}
 
-    ranks = torch.as_tensor(rankdata(scores.numpy(), axis=1, method="average"))
+    ranks = mid_ranks(ordered, order)
     neg_rank_sum = torch.einsum("kbn,kn->kb", (~labels & valid[:, None, :]).double(), ranks)
     out["auc"] = (neg_rank_sum - neg * (neg + 1) / 2) / (pos * neg)
 

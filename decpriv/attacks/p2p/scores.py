@@ -5,9 +5,7 @@ A lower score means "more likely a member". The attack's advantage is the best b
 AUC and TPR at low FPR come from scikit-learn's ROC curve.
 """
 
-import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score, roc_curve
 
 EPS = 1e-5  # as in the authors' code: keeps log(0) finite for confident predictions
 
@@ -44,15 +42,3 @@ def best_threshold_advantage(
     tpr = ((members[:, None, :] < rho[:, :, None]) & mask[:, None, :]).sum(-1) / mask.sum(1, keepdim=True)
     tnr = (others[:, None, :] >= rho[:, :, None]).float().mean(-1)
     return ((tpr + tnr) / 2).amax(1) - 0.5
-
-
-def roc_metrics(members: np.ndarray, others: np.ndarray) -> dict[str, float]:
-    """AUC and TPR at 1% and 0.1% FPR for one model (members labelled 1, scored by -score)."""
-    labels = np.r_[np.ones(len(members)), np.zeros(len(others))]
-    scores = -np.r_[members, others]
-    fpr, tpr, _ = roc_curve(labels, scores)
-    return {
-        "auc": float(roc_auc_score(labels, scores)),
-        "tpr_at_1pct_fpr": float(tpr[fpr <= 0.01].max()),
-        "tpr_at_0.1pct_fpr": float(tpr[fpr <= 0.001].max()),
-    }
