@@ -80,9 +80,10 @@ class Protocol(ABC):
     def hyper(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.public}
 
-    def gossip_schedule(self) -> tuple[int, int, bool]:
-        """(gossip steps K after each noise draw, number of draws T, accelerated) when ``noised`` is set."""
-        raise NotImplementedError(f"protocol={self.name} declares no gossip schedule")
+    def gossip_schedule(self) -> tuple[int, int, bool] | None:
+        """(gossip steps K after each noise draw, number of draws T, accelerated); None for a protocol that
+        does not gossip noised values (``noised`` unset), which the network-DP accountants refuse."""
+        return None
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""

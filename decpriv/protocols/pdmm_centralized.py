@@ -38,6 +38,7 @@ def star_server(network: Network) -> int:
 
 class PDMMCentralized(PDMM):
     name = "pdmm_centralized"
+    public = ("rounds", "rho")  # no theta, update rule or z^0: the star form has none of them
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ import torch
 from decpriv.adversary.view import AttackContext, View
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
+from decpriv.protocols.pdmm import directed_edges
 
 FORMS = ("messages", "theorem")
 UPDATES = ("exact", "k1", "qa")
@@ -58,14 +59,19 @@ class Leak:
 def links(network: Network, nodes: np.ndarray, form: str = "messages") -> np.ndarray:
     """(L, 2) the directed edges :func:`extract` reads for ``nodes``: every link into or out of them, and for
     the ``theorem`` form (which needs the neighbours' trajectories) every link of their neighbours too."""
-    e = network.edges
-    directed = np.vstack([e, e[:, ::-1]])
+    directed = directed_edges(network)
     reach = np.isin(directed, nodes).any(axis=1)
     if form == "theorem":
-        around = np.union1d(nodes, directed[reach].ravel())
-        reach = np.isin(directed, around).any(axis=1)
-    directed = directed[reach]
-    return directed[np.lexsort((directed[:, 1], directed[:, 0]))]
+        reach = np.isin(directed, walked(network, nodes, form)).any(axis=1)
+    return directed[reach]
+
+
+def walked(network: Network, nodes: np.ndarray, form: str) -> np.ndarray:
+    """The nodes whose trajectories the leak of ``nodes`` needs: themselves, and their neighbours for the
+    ``theorem`` form."""
+    if form != "theorem":
+        return nodes
+    return np.union1d(nodes, links(network, nodes, "messages").ravel())
 
 
 def column(transcript, n: int, senders: np.ndarray, receivers: np.ndarray) -> np.ndarray:
@@ -93,9 +99,7 @@ def extract(
     net, tr = view.network, view.transcript
     n = net.n
     nodes = np.arange(n) if nodes is None else np.asarray(nodes, dtype=np.int64)
-    walk = (
-        nodes if form != "theorem" else np.union1d(nodes, net.edges[np.isin(net.edges, nodes).any(1)].ravel())
-    )
+    walk = walked(net, nodes, form)
     needed = links(net, nodes, form)
     absent = column(tr, n, needed[:, 0], needed[:, 1]) < 0
     if absent.any():
