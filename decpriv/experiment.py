@@ -12,6 +12,7 @@ import time
 import warnings
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -309,7 +310,8 @@ def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
 def config_digest(config_columns: dict[str, Any]) -> str:
     """A short hash of the flattened config: equal digests mean the same experiment (resuming sweeps)."""
     text = json.dumps(
-        {k: config_columns[k] for k in sorted(config_columns) if k not in ("name", "debug")}, default=str
+        {k: config_columns[k] for k in sorted(config_columns) if k not in ("name", "debug", "plots")},
+        default=str,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -375,9 +377,9 @@ def _pipeline(
         if "tries" in setup.network.graph.graph:
             report.summary["graph_tries"] = setup.network.graph.graph["tries"]
         report.summary.update(setup.defense.summary())
-        curves = training_curves(outcome.history, f"{setup.protocol.name} on {setup.network.n} nodes")
-        if curves is not None:
-            report.figures["plots/training.png"] = curves
+        report.figures["plots/training.png"] = partial(
+            training_curves, outcome.history, f"{setup.protocol.name} on {setup.network.n} nodes"
+        )
         truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
         if setup.attack is not None:
             with folder.phase("attack"):
@@ -399,8 +401,10 @@ def _pipeline(
             folder.write_table("nodes", nodes)
             for name, table in report.tables.items():
                 folder.write_table(name, table)
-            for relative, figure in report.figures.items():
-                folder.write_figure(relative, figure)
+            for relative, drawing in report.figures.items() if cfg.plots else ():
+                figure = drawing()
+                if figure is not None:
+                    folder.write_figure(relative, figure)
             folder.write_table(
                 "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
             )

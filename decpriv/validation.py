@@ -147,6 +147,9 @@ def validate(cfg: DictConfig) -> None:
         )
     if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
         raise bad("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
+    for flag in ("plots", "debug"):
+        if not isinstance(cfg.get(flag), bool):
+            raise bad(flag, cfg.get(flag), f"{flag} is true or false", f"use {flag}=true or {flag}=false")
     if cfg.get("device") not in DEVICES:
         raise bad("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
     claim = cfg.get("claim")

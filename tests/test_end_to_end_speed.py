@@ -1,9 +1,11 @@
 """Speed paths that must not change results: SSIM through separable window matrices, one build per run,
-the parallel sweep's precheck in its workers."""
+the parallel sweep's precheck in its workers, figures drawn only when written (``plots=false``)."""
 
+import io
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -60,6 +62,27 @@ def test_a_run_builds_its_setup_once_and_writes_what_two_builds_wrote(tmp_path, 
     assert len(builds) == 3
     once, twice = _tables(tmp_path / "once"), _tables(tmp_path / "twice")
     assert len(once) >= 4 and once == twice
+
+
+def test_plots_false_writes_the_same_tables_and_no_picture(tmp_path):
+    command = ["run", *SMALL, "attack=knowledge_matrix", "protocol=gossip", "topology.n=12"]
+    assert main([*command, f"hydra.run.dir={tmp_path / 'drawn'}"]) == 0
+    assert main([*command, "plots=false", f"hydra.run.dir={tmp_path / 'bare'}"]) == 0
+    drawn, bare = tmp_path / "drawn", tmp_path / "bare"
+    pictures = sorted(p.relative_to(drawn).as_posix() for p in drawn.rglob("*.png"))
+    assert pictures == [
+        "plots/knowledge_graph.png",
+        "plots/training.png",
+        "reconstructions/knowledge_inputs.png",
+    ]
+    assert not list(bare.rglob("*.png"))
+    tables, bare_tables = _tables(drawn), _tables(bare)
+    summaries = [pd.read_csv(io.BytesIO(t.pop("summary.csv"))) for t in (tables, bare_tables)]
+    assert tables == bare_tables and len(tables) >= 3
+    assert summaries[0].plots.tolist() == [True] and summaries[1].plots.tolist() == [False]
+    pd.testing.assert_frame_equal(summaries[0].drop(columns="plots"), summaries[1].drop(columns="plots"))
+    timings = json.loads((drawn / "run.json").read_text())["wall_seconds"]
+    assert timings["evaluate"] < timings["write"]  # drawing is writing: evaluate keeps to the numbers
 
 
 def test_a_kept_setup_is_used_only_for_its_own_config():

@@ -22,6 +22,7 @@ in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline 
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -241,8 +242,8 @@ class GradientInversion(Attack):
             summary["attack_mse"] = float(table["mse"].mean())
             summary["attack_mean_image_psnr"] = float(table["mean_image_psnr"].mean())
             title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
-            figures[f"reconstructions/{self.name}.png"] = reconstruction_grid(
-                scored, data_range, "reconstructed", title
+            figures[f"reconstructions/{self.name}.png"] = partial(
+                reconstruction_grid, scored, data_range, "reconstructed", title
             )
             recovered = (
                 f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "

@@ -20,6 +20,7 @@ The summary's mean loss is eps_bar_v = (1/n) sum_{u != v} f(u, v) (divisor n).
 """
 
 import math
+from functools import partial
 
 import matplotlib
 
@@ -113,7 +114,7 @@ def distance_figure(
     ax.set_ylabel("privacy loss f(u, v) (Renyi)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig
 
 
@@ -241,7 +242,8 @@ class NetworkDPAccountant(Accountant):
             "privacy_accountant": self.name,
         }
         title = f"Muffliato: n={n}, K={steps}" + (f", T={draws}" if draws > 1 else "")
-        figure = distance_figure(
+        figure = partial(
+            distance_figure,
             F,
             distance,
             profile,

@@ -12,6 +12,7 @@ Far pairs can make the second term negative; losses are floored at 0.
 """
 
 import math
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -118,7 +119,7 @@ class RandomWalkAccountant(Accountant):
             "privacy_accountant": self.name,
         }
         title = f"Private random walk: n={n}, T={setup.protocol.rounds}"
-        figure = distance_figure(F, distance, profile, float(F.max()), title, "largest pair loss")
+        figure = partial(distance_figure, F, distance, profile, float(F.max()), title, "largest pair loss")
         return Findings(
             tables={"privacy": table, "privacy_distance": profile},
             summary=summary,

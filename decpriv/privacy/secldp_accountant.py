@@ -8,6 +8,7 @@ CDP protects the average with the LDP run's sigma.
 """
 
 import math
+from functools import partial
 
 import matplotlib
 
@@ -77,7 +78,7 @@ def sigma_cor_figure(
     ax.set_ylabel("epsilon")
     ax.set_title("DECOR: epsilon vs correlated noise (fixed sigma_cdp)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig
 
 
@@ -203,8 +204,12 @@ class SecLDPAccountant(Accountant):
             epsilon = epsilon_from_slope(float(slopes.max()), steps, self.delta)
             ldp = epsilon_from_slope(2.0 * defense.clip**2 / defense.sigma_cdp**2, steps, self.delta)
             cdp = epsilon_from_slope(2.0 * defense.clip**2 / (n * defense.sigma_cdp**2), steps, self.delta)
-            figures["plots/epsilon_vs_sigma_cor.png"] = sigma_cor_figure(
-                curve, defense.sigma_cor, epsilon, {"sigma_cor = 0 (LDP)": ldp, "sigma_cor -> inf": cdp}
+            figures["plots/epsilon_vs_sigma_cor.png"] = partial(
+                sigma_cor_figure,
+                curve,
+                defense.sigma_cor,
+                epsilon,
+                {"sigma_cor = 0 (LDP)": ldp, "sigma_cor -> inf": cdp},
             )
             tables["epsilon_vs_sigma_cor"] = curve.assign(sigma_cdp=defense.sigma_cdp)
         else:

@@ -164,11 +164,19 @@ def image_grid(
             ax.imshow(strip, vmin=0, vmax=1, interpolation="nearest")
             cell = (strip.shape[1] + 2) / width
             if r == len(rows) - 1 and captions is not None:
-                ticks = [(c + 0.5) * cell - 1 for c, i in enumerate(shown) if i < len(captions)]
-                ax.set_xticks(ticks, [captions[i] for i in shown if i < len(captions)], fontsize=7)
-                ax.tick_params(length=0)
+                # plain texts under the strip, not tick labels: a tick is five artists (0.1 s per 64 captions)
+                for c, i in enumerate(shown):
+                    if i < len(captions):
+                        ax.text(
+                            (c + 0.5) * cell - 1,
+                            strip.shape[0],
+                            captions[i],
+                            fontsize=7,
+                            ha="center",
+                            va="top",
+                        )
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig
 
 
@@ -231,5 +239,5 @@ def training_curves(history: pd.DataFrame, title: str) -> Figure | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig

@@ -18,11 +18,14 @@ from contextlib import contextmanager
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from decpriv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PACKAGES = (
     "decpriv",
@@ -140,7 +143,8 @@ class RunFolder:
         self.written.append(self.path / f"{name}.csv")
         write_csv(self.path / f"{name}.csv", table)
 
-    def write_figure(self, relative: str, figure) -> None:
+    def write_figure(self, relative: str, figure: "Figure") -> None:
+        """Save a figure as PNG at ``relative`` and close it."""
         import matplotlib.pyplot as plt
 
         target = self.path / relative
@@ -148,7 +152,9 @@ class RunFolder:
         tmp = target.with_name(f".{target.stem}.tmp.png")
         self.written.append(target)
         try:
-            figure.savefig(tmp, dpi=110, bbox_inches="tight")
+            # a figure with a layout engine is fitted as it is drawn: cropping it would draw it twice
+            tight = None if figure.get_layout_engine() is not None else "tight"
+            figure.savefig(tmp, dpi=110, bbox_inches=tight)
             os.replace(tmp, target)
         finally:
             plt.close(figure)

@@ -6,7 +6,6 @@ true example i; scoring pairs them by a minimum-cost assignment (Hungarian algor
 """
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 
 def match(reconstructed: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -14,6 +13,8 @@ def match(reconstructed: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     r = reconstructed.detach().flatten(1).double()
     t = truth.detach().flatten(1).double().to(r.device)
     cost = torch.cdist(t, r) ** 2 / r.shape[1]
+    from scipy.optimize import linear_sum_assignment  # 0.1 s of imports every run would pay otherwise
+
     rows, cols = linear_sum_assignment(cost.cpu().numpy())
     perm = torch.empty(len(rows), dtype=torch.long)
     perm[torch.as_tensor(rows)] = torch.as_tensor(cols)

@@ -3,6 +3,7 @@ the knowledge system for the private values (Sec. 3, :mod:`.gossip`); on ``proto
 recovers the targets' gradients, then their inputs (Sec. 4, :mod:`.dgd`)."""
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -309,7 +310,11 @@ class KnowledgeMatrix(Attack):
             )
             table["reconstructed_exact"] = attacker.copy()
             table.loc[findings.nodes[e.reconstructible], "reconstructed_exact"] = True
-        figures = {"plots/knowledge_graph.png": outcome_graph(view.network, table, self.title(summary, view))}
+        figures = {
+            "plots/knowledge_graph.png": partial(
+                outcome_graph, view.network, table, self.title(summary, view)
+            )
+        }
         spec = view.data_spec
         if self.image_metrics is not False and spec.data_range is not None and len(spec.input_shape) == 3:
             shape = (len(findings.nodes), *spec.input_shape)
@@ -337,7 +342,8 @@ class KnowledgeMatrix(Attack):
             )
             low, high = spec.data_range
             unit = lambda x: ((x.clamp(low, high) - low) / (high - low)).numpy()  # noqa: E731
-            figures["reconstructions/knowledge_inputs.png"] = reconstruction_grid(
+            figures["reconstructions/knowledge_inputs.png"] = partial(
+                reconstruction_grid,
                 unit(truth_imgs[honest]),
                 unit(imgs[honest]),
                 distance[findings.nodes][honest.numpy()],

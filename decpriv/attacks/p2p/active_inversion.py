@@ -10,6 +10,7 @@ optimisation).
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -186,7 +187,7 @@ class ActiveInversion(Attack):
         )
         figures = {}
         if shown:
-            figures["reconstructions/active_inversion.png"] = image_grid(
-                shown, title="samples read off trap-weight gradients"
+            figures["reconstructions/active_inversion.png"] = partial(
+                image_grid, shown, title="samples read off trap-weight gradients"
             )
         return Findings(tables={"active_inversion": table}, summary=summary, figures=figures)

@@ -8,6 +8,7 @@ of A over rounds, and by membership inference on the updates v sends.
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -148,7 +149,8 @@ class Echo(Attack):
             f"and {summary['echo_others_mia_advantage']:.3f} for the attacker's other neighbours (not echoed), "
             "last round."
         )
-        fig = metric_plot(
+        drawing = partial(
+            metric_plot,
             table.rename(columns={"view": "node"}),
             x="round",
             y="local_generalisation_error",
@@ -156,5 +158,5 @@ class Echo(Attack):
             title=f"echo on node {findings.victim}: local train - test accuracy (others: mean, std)",
         )
         return Findings(
-            tables={"echo": table}, summary=summary, figures={"plots/echo_generalisation.png": fig}
+            tables={"echo": table}, summary=summary, figures={"plots/echo_generalisation.png": drawing}
         )

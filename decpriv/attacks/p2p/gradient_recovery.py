@@ -11,6 +11,7 @@ L-BFGS gradient matching with iDLG labels here).
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -217,7 +218,8 @@ def score_images(findings: Recovered, truth: Truth) -> tuple[pd.DataFrame, float
         nearest_all.append(best)
         shown.append((rec, own[where]))
         rows += [{"step": i, "victim": int(v), "image": j, "nearest_mse": float(best[j])} for j in range(b)]
-    fig = image_grid(
+    drawing = partial(
+        image_grid,
         [
             ("recovered", torch.cat([r for r, _ in shown]).numpy()),
             ("nearest true", torch.cat([t for _, t in shown]).numpy()),
@@ -227,5 +229,5 @@ def score_images(findings: Recovered, truth: Truth) -> tuple[pd.DataFrame, float
     return (
         pd.DataFrame(rows),
         float(torch.cat(nearest_all).mean()),
-        {"reconstructions/gradient_recovery.png": fig},
+        {"reconstructions/gradient_recovery.png": drawing},
     )

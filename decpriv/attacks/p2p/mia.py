@@ -8,6 +8,7 @@ global model, the mean of the updates (user view, "fl_global").
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -275,7 +276,7 @@ def mia_report(scored: Scored, prefix: str = "mia") -> Findings:
     for name in views:
         summary.update(view_summary(scored, name, prefix))
     summary["verdict"] = mia_verdict(summary, views, prefix, int(table.victim.nunique()))
-    figures = {f"plots/{prefix}_vs_generalisation.png": mia_figure(scored)}
+    figures = {f"plots/{prefix}_vs_generalisation.png": partial(mia_figure, scored)}
     return Findings(tables={prefix: table}, summary=summary, figures=figures)
 
 
@@ -347,7 +348,7 @@ def mia_figure(scored: Scored) -> Figure:
         ax.legend(fontsize=8)
     members = int(scored.table.members.median())
     fig.suptitle(f"membership inference, mean over victims ({members} members vs {members} non-members each)")
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig
 
 

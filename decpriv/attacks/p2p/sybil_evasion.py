@@ -15,6 +15,7 @@ curious node sees of v: the message v sent it (masked under SA) and its own aggr
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ def error_figure(table: pd.DataFrame):
     ax.set_title(f"recovering node {int(table.victim.iloc[0])}'s update", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return fig
 
 
@@ -270,7 +271,7 @@ class SybilEvasion(Attack):
             f" exact), against at best {summary['received_min_relative_error']:.2g} from what one node receives "
             f"and {summary['aggregate_min_relative_error']:.2g} from the aggregate."
         )
-        figures = {"plots/sybil_evasion.png": error_figure(table)}
+        figures = {"plots/sybil_evasion.png": partial(error_figure, table)}
         report = Findings(tables={"sybil_evasion": table}, summary=summary, figures=figures)
         verdict = summary["verdict"]
         report.merge(self.membership(findings, true, truth, view))

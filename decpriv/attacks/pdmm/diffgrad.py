@@ -17,6 +17,7 @@ Reconstructions are matched to the true batch optimally before scoring.
 """
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import torch
@@ -245,7 +246,8 @@ class DiffGrad(Attack):
                 f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
                 f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
             )
-            figures["reconstructions/diffgrad.png"] = reconstruction_grid(
+            figures["reconstructions/diffgrad.png"] = partial(
+                reconstruction_grid,
                 scored,
                 data_range,
                 "diffgrad",

@@ -1,6 +1,8 @@
 """``pdmm_leak``: the leaked trajectories and gradient differences of Theorem 1 (Yu 2023), scored per
 node and round against the true ones; one row per early-stopping point t_max."""
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import torch
@@ -122,7 +124,8 @@ class PDMMLeak(Attack):
         }
         summary["verdict"] = verdict(self.form, int(last.t_max), summary)
         figures = {
-            "plots/leak_difference_error.png": metric_plot(
+            "plots/leak_difference_error.png": partial(
+                metric_plot,
                 table,
                 "round",
                 "difference_error",
@@ -130,7 +133,8 @@ class PDMMLeak(Attack):
                 logy=True,
                 title="leaked gradient difference: relative error (honest nodes)",
             ),
-            "plots/leak_trajectory_error.png": metric_plot(
+            "plots/leak_trajectory_error.png": partial(
+                metric_plot,
                 table,
                 "round",
                 "trajectory_error",
