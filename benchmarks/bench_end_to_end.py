@@ -5,7 +5,8 @@
    n = 1000; at n = 2000, which digits' 1347 training images cannot cover, 2-D Gaussian-class points): the whole process's wall time beside the phases that
    run.json records (build, simulate, attack, evaluate, write), as ratios to the attack phase of the same
    run, so a loaded machine slows numerator and denominator alike. Goals: whole <= 2x attack at n = 1000;
-   evaluate and write each below the attack.
+   evaluate and write each below the attack. Figures are drawn in the write phase; the same command with
+   ``plots=false`` (no PNG, the same tables) is timed beside it.
 2. Start-up: ``decpriv run --cfg job`` (imports and composition) against a bare ``python -c "import torch"``,
    best of 3 each, interleaved. Goal: <= 1.5x.
 
@@ -34,11 +35,12 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - begin
 
 
-def knowledge_run(n: int, folder: Path) -> tuple[float, dict[str, float]]:
+def knowledge_run(n: int, folder: Path, plots: bool = True) -> tuple[float, dict[str, float]]:
     """(whole-process seconds, run.json's wall_seconds) of one knowledge-matrix run on ER(n, 2 ln n / n)."""
     command = [
         *DECPRIV,
         "run",
+        f"plots={str(plots).lower()}",
         "protocol=gossip",
         "attack=knowledge_matrix",
         "topology=erdos_renyi",
@@ -56,15 +58,18 @@ def knowledge_run(n: int, folder: Path) -> tuple[float, dict[str, float]]:
 def end_to_end(root: Path) -> None:
     print(f"knowledge matrix on gossip, ER p = 2 ln n / n, 2% attackers, T = {STEPS} (seconds; x = / attack)")
     print(
-        f"{'n':>5} {'data':>8} {'attack':>7} {'evaluate':>9} {'write':>7} {'phases':>7} {'whole':>7}   whole/eval/write x attack"
+        f"{'n':>5} {'data':>8} {'attack':>7} {'evaluate':>9} {'write':>7} {'phases':>7} {'whole':>7}"
+        f" {'no plots':>9}   whole/eval/write x attack"
     )
     for n in SIZES:  # the faster of two processes: a load spike on the shared machine hits one of them
         whole, phases = min((knowledge_run(n, root / f"er{n}-{k}") for k in range(2)), key=lambda run: run[0])
+        bare = min(knowledge_run(n, root / f"er{n}-bare{k}", plots=False)[0] for k in range(2))
         attack = phases["attack"]
         data = "digits" if n <= DIGITS_MAX else "gaussian"
         print(
             f"{n:>5} {data:>8} {attack:>7.2f} {phases['evaluate']:>9.2f} {phases['write']:>7.2f} {phases['total']:>7.2f}"
-            f" {whole:>7.2f}   {whole / attack:.1f}x / {phases['evaluate'] / attack:.2f}x / {phases['write'] / attack:.2f}x",
+            f" {whole:>7.2f} {bare:>9.2f}   {whole / attack:.1f}x / {phases['evaluate'] / attack:.2f}x /"
+            f" {phases['write'] / attack:.2f}x",
             flush=True,
         )
 
