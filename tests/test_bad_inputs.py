@@ -51,6 +51,7 @@ CONFIG_CASES = [
     (["run", "protocol.lrr=0.1"], 2, "did you mean protocol.lr", None),
     (["run", "attack=null"], 2, "write ~attack", None),
     (["run", "adversary.nodes=[1,1]"], 2, "adversary.nodes", None),
+    (["run", "plots=maybe"], 2, "use plots=true or plots=false", None),
     # cross-plugin checks: decided by the build, before any folder
     (["run", "attack=knowledge_matrix"], 2, "protocol.batch_size", "dsgd_default"),
     (["run", "protocol=gossip", "attack=diffgrad"], 2, "protocol", "gossip_default"),
