@@ -391,6 +391,11 @@ def _pipeline(
             with folder.phase("account"):
                 report.merge(setup.accountant.account(setup))
         with folder.phase("write"):
+            # pictures first: a drawing that fails leaves no table behind that looks complete
+            for relative, drawing in report.figures.items() if cfg.plots else ():
+                figure = drawing()
+                if figure is not None:
+                    folder.write_figure(relative, figure)
             nodes = pd.DataFrame(
                 {
                     "node": np.arange(setup.network.n),
@@ -401,10 +406,6 @@ def _pipeline(
             folder.write_table("nodes", nodes)
             for name, table in report.tables.items():
                 folder.write_table(name, table)
-            for relative, drawing in report.figures.items() if cfg.plots else ():
-                figure = drawing()
-                if figure is not None:
-                    folder.write_figure(relative, figure)
             folder.write_table(
                 "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
             )

@@ -85,6 +85,19 @@ def test_plots_false_writes_the_same_tables_and_no_picture(tmp_path):
     assert timings["evaluate"] < timings["write"]  # drawing is writing: evaluate keeps to the numbers
 
 
+def test_a_picture_that_fails_to_draw_leaves_no_table_looking_complete(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no ink")
+
+    monkeypatch.setattr(experiment, "training_curves", broken)
+    with pytest.raises(SystemExit) as stop:
+        main(["run", *SMALL, "~attack", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert stop.value.code == 1
+    assert sorted(f.name for f in (tmp_path / "r").glob("*.csv")) == ["summary.csv"]
+    assert pd.read_csv(tmp_path / "r" / "summary.csv").status.tolist() == ["failed"]
+    assert "no ink" in capsys.readouterr().err
+
+
 def test_a_kept_setup_is_used_only_for_its_own_config():
     cfg, choices = compose_config(SMALL)
     experiment.precheck(cfg, choices, keep=True)

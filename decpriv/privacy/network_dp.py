@@ -114,7 +114,7 @@ def distance_figure(
     ax.set_ylabel("privacy loss f(u, v) (Renyi)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig
 
 

@@ -78,7 +78,7 @@ def sigma_cor_figure(
     ax.set_ylabel("epsilon")
     ax.set_title("DECOR: epsilon vs correlated noise (fixed sigma_cdp)")
     ax.legend(fontsize=8)
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig
 
 

@@ -176,7 +176,7 @@ def image_grid(
                             va="top",
                         )
     fig.suptitle(title)
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig
 
 
@@ -239,5 +239,5 @@ def training_curves(history: pd.DataFrame, title: str) -> Figure | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig

@@ -152,9 +152,7 @@ class RunFolder:
         tmp = target.with_name(f".{target.stem}.tmp.png")
         self.written.append(target)
         try:
-            # a figure with a layout engine is fitted as it is drawn: cropping it would draw it twice
-            tight = None if figure.get_layout_engine() is not None else "tight"
-            figure.savefig(tmp, dpi=110, bbox_inches=tight)
+            figure.savefig(tmp, dpi=110, bbox_inches="tight")
             os.replace(tmp, target)
         finally:
             plt.close(figure)

@@ -348,7 +348,7 @@ def mia_figure(scored: Scored) -> Figure:
         ax.legend(fontsize=8)
     members = int(scored.table.members.median())
     fig.suptitle(f"membership inference, mean over victims ({members} members vs {members} non-members each)")
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig
 
 

@@ -117,7 +117,7 @@ def error_figure(table: pd.DataFrame):
     ax.set_title(f"recovering node {int(table.victim.iloc[0])}'s update", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")
-    fig.set_layout_engine("tight")
+    fig.tight_layout()
     return fig
 
 
