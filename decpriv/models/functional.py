@@ -122,7 +122,7 @@ class FunctionalModel:
         self.numels = [v.numel() for _, v in named]
         self.buffers = dict(module.named_buffers())
         self.p = sum(self.numels)
-        self.chain = affine_chain(module, self.names) if loss in LOSSES else None
+        self.chain = affine_chain(module, self.names)
 
     def to(self, device: torch.device) -> "FunctionalModel":
         self.module.to(device)
@@ -221,7 +221,7 @@ class FunctionalModel:
         params = self._split(theta)
         grads = None if out is None else self._split(out)
         h = x.reshape(n, b, -1)
-        inputs, outputs = [], []
+        inputs = []
         for w, bias, act in self.chain:
             # z^T = W h^T: the weights, strided by p between nodes, as the left operand (1.5x faster than
             # h W^T, which copies them into a contiguous batch first)
@@ -231,18 +231,15 @@ class FunctionalModel:
             ).transpose(1, 2)
             inputs.append(h)
             h = z if act is None else ACTIVATIONS[act][0](z)
-            outputs.append(h)
         # each sample's share of the node objective: 1/b (mean), w_s / max(sum w, 1) (masked mean), w_s, 1
-        if weight is None:
-            share = None if self.reduction != "mean" else torch.full((1, 1, 1), 1.0 / b, dtype=h.dtype)
-        else:
+        dz = _loss_slope(self.loss_name, h, y)
+        if weight is not None:
             share = weight.to(h.dtype)
             if self.reduction == "mean":
                 share = share / share.sum(1, keepdim=True).clamp_min(1.0)
-            share = share.unsqueeze(-1)
-        dz = _loss_slope(self.loss_name, h, y)
-        if share is not None:
-            dz = dz * share.to(dz.device)
+            dz = dz * share.unsqueeze(-1)
+        elif self.reduction == "mean":
+            dz = dz * (1.0 / b)
         for layer in range(len(self.chain) - 1, -1, -1):
             w, bias, _ = self.chain[layer]
             below = None
@@ -250,7 +247,7 @@ class FunctionalModel:
                 act = self.chain[layer - 1][2]
                 below = torch.bmm(dz, params[w])
                 if act is not None:
-                    below = below * ACTIVATIONS[act][1](outputs[layer - 1])
+                    below = below * ACTIVATIONS[act][1](inputs[layer])  # layer - 1's activated output
             # b = 1: an outer product, elementwise (a bmm with an inner dimension of one is 3x slower)
             if grads is not None and b == 1:
                 torch.mul(dz.transpose(1, 2), inputs[layer], out=grads[w])
