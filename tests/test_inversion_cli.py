@@ -34,3 +34,8 @@ def test_server_must_see_the_updates(cli):
 def test_refuses_decentralized_protocols(cli):
     proc = cli("run", "attack=idlg", "protocol=dsgd", "adversary.eavesdropper=true", "hydra.run.dir=x")
     assert proc.returncode == 2 and "protocol" in proc.stderr + proc.stdout
+
+
+def test_refuses_clients_left_out_of_the_first_round(cli):
+    proc = cli("run", "experiment=inversion_digits_mlp", "protocol.client_fraction=0.5", "hydra.run.dir=x")
+    assert proc.returncode == 2 and "protocol.client_fraction" in proc.stderr + proc.stdout

@@ -134,6 +134,14 @@ class GradientInversion(Attack):
                 "a client update is a single gradient only with one full-batch local step",
                 "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
             )
+        if getattr(protocol, "client_fraction", 1.0) < 1:
+            # a client left out of round 1 sends back the global model: its "gradient" would read as zero
+            raise bad(
+                "protocol.client_fraction",
+                protocol.client_fraction,
+                "the server reads each victim's first-round gradient, so every client must take part in round 1",
+                "use protocol.client_fraction=1.0",
+            )
         if getattr(protocol, "local_epochs", None) is not None:
             raise bad(
                 "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
