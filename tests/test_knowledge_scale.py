@@ -129,4 +129,6 @@ def test_rank_deficient_system_falls_back_to_the_dense_path():
     dense = float_knowledge(W, np.array([1]), 4)
     assert scaled.rank == dense.rank == 3
     np.testing.assert_array_equal(scaled.reconstructible, dense.reconstructible)
-    assert scaled.numerics["decided_by"] == dense.numerics["decided_by"]
+    assert scaled.numerics["decided_by"] == dense.numerics["decided_by"] == "float64"
+    assert "certified_steps" not in scaled.numerics  # no prime certified a leading horizon
+    np.testing.assert_array_equal(np.flatnonzero(scaled.reconstructible), [0, 1])  # hub and attacker
