@@ -64,3 +64,10 @@ def test_centralized_pdmm_refuses_a_graph_without_a_server():
     cfg, _ = compose_config(["protocol=pdmm_centralized", "topology=ring"])
     with pytest.raises(ConfigError, match="topology=star"):
         experiment.build(cfg)
+
+
+@pytest.mark.parametrize("attack", ["diffgrad", "pdmm_leak"])
+def test_the_delta_z_attacks_refuse_centralized_pdmm_in_one_sentence(attack):
+    cfg, _ = compose_config([*STAR, f"attack={attack}", "adversary=eavesdropper"])
+    with pytest.raises(ConfigError, match="attack=gradient_inversion"):
+        experiment.build(cfg)

@@ -215,13 +215,15 @@ def extract(
 
 
 def check_pdmm(context: AttackContext, attack: str) -> None:
-    """Refuse a protocol that sends no Delta z, or a threat model without eavesdropper and corrupt node."""
-    if context.protocol.recorder_kind != "edges" or not hasattr(context.protocol, "rho"):
+    """Refuse a protocol that sends no Delta z of the decentralized PDMM/ADMM update (the Theorem-1 forms
+    need its declared rho, theta and update rule), or a threat model without eavesdropper and corrupt node."""
+    declared = context.protocol.hyper
+    if context.protocol.recorder_kind != "edges" or not {"rho", "theta", "update"} <= declared.keys():
         raise bad(
             "protocol",
             context.protocol.name,
-            f"attack={attack} reads the Delta z messages of PDMM/ADMM",
-            "use protocol=pdmm or protocol=admm",
+            f"attack={attack} reads the Delta z messages of decentralized PDMM/ADMM",
+            "use protocol=pdmm or protocol=admm (centralized PDMM's server: attack=gradient_inversion)",
         )
     adv = context.adversary
     if not adv.eavesdropper or adv.nodes.size == 0:
