@@ -60,15 +60,6 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictCon
     return cfg, choices
 
 
-def sweeper_params(overrides: list[str] | tuple[str, ...] = (), hydra: DictConfig | None = None) -> dict:
-    """``hydra.sweeper.params`` after composition: the sweep an experiment preset declares (from the
-    ``hydra`` node of :func:`compose_job` when given, else composed here)."""
-    if hydra is None:
-        hydra = compose_job(overrides)[2]
-    params = hydra.sweeper.get("params")
-    return {} if params is None else OmegaConf.to_container(params)
-
-
 def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:
     """Run one experiment and load its tables.
 

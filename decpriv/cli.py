@@ -206,10 +206,9 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], Dic
     count, swept, params = 1, [], {}
     if multirun:
         # a preset's own sweep (hydra.sweeper.params) is counted, not prechecked: Fig. 2 alone has 1200 jobs
-        from decpriv.api import sweeper_params
-        from decpriv.report.sweep import sweep_plan
+        from decpriv.report.sweep import sweep_plan, sweeper_params
 
-        params = sweeper_params(jobs[0], hydra)
+        params = sweeper_params(hydra)
         count, swept = sweep_plan(overrides, params)
     # Environment variables reach the jobs of every launcher (joblib workers, Slurm via submitit).
     os.environ[JOBS_ENV] = str(count)

@@ -67,7 +67,9 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     return len(expand(given)), keys
 
 
-def _params(hydra: Any) -> Any:
+def sweeper_params(hydra: Any) -> Any:
+    """``hydra.sweeper.params`` of a composed ``hydra`` node (or of multirun.yaml's): the sweep an
+    experiment preset declares, ``{}`` without one."""
     sweeper = hydra.get("sweeper") or {}
     return sweeper.get("params") or {}
 
@@ -78,7 +80,7 @@ def swept_overrides(sweep: Path) -> list[str]:
     if not file.is_file():
         return []
     hydra = OmegaConf.load(file).hydra
-    return sweep_plan(list(hydra.overrides.task), _params(hydra))[1]
+    return sweep_plan(list(hydra.overrides.task), sweeper_params(hydra))[1]
 
 
 class SweepSummary(Callback):
@@ -90,7 +92,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        jobs = sweep_plan(list(config.hydra.overrides.task), _params(config.hydra))[0]
+        jobs = sweep_plan(list(config.hydra.overrides.task), sweeper_params(config.hydra))[0]
         # A reused sweep folder may hold job folders of an earlier, larger grid: they are not this sweep.
         table = collect(sweep, jobs)
         if table.empty:
