@@ -157,14 +157,22 @@ def test_calibrated_runs_meet_target(tmp_path):
 def test_accountant_cdp_excess_moves_decor_along_one_budget_and_leaves_ldp_alone():
     """Allouah et al. App. D.2: many (sigma_cdp, sigma_cor) couples meet one budget; accountant.cdp_excess
     picks sigma_cdp = excess x sigma_ldp / sqrt(n), and sigma_cor rises as sigma_cdp nears the CDP level."""
-    couples = {}
+    couples, ldp_sigmas = {}, {}
     for excess in (1.05, 1.5):
-        overrides = [*LSQ, "topology=ring", "defense=decor", "accountant=secldp", "protocol.rounds=100"]
-        setup = build(compose_config([*overrides, "defense.epsilon=5", f"accountant.cdp_excess={excess}"])[0])
+        overrides = [*LSQ, "topology=ring", "accountant=secldp", "protocol.rounds=100", "defense.epsilon=5"]
+        overrides.append(f"accountant.cdp_excess={excess}")
+        setup = build(compose_config([*overrides, "defense=decor"])[0])
         sigma_ldp = math.sqrt(2 / slope_for_epsilon(5, 100, 1e-5))  # clip 1, T = 100 full-batch steps
         assert setup.defense.sigma_cdp == pytest.approx(excess * sigma_ldp / 4)
         couples[excess] = setup.defense.sigma_cor
+        # the couple is accounted afresh from the calibrated sigmas: it spends the whole budget, no more
+        assert setup.accountant.account(setup).summary["epsilon"] == pytest.approx(5, rel=1e-6)
+        ldp = build(compose_config([*overrides, "defense=ldp"])[0])
+        ldp_sigmas[excess] = ldp.defense.sigma
+        assert ldp.accountant.account(ldp).summary["epsilon"] == pytest.approx(5, rel=1e-6)
+        assert setup.defense.sigma_cdp == pytest.approx(excess * ldp.defense.sigma / 4)  # n = 16
     assert couples[1.05] > 2 * couples[1.5] > 0
+    assert ldp_sigmas[1.05] == ldp_sigmas[1.5] > 1  # cdp_excess moves DECOR only
     with pytest.raises(ConfigError, match=re.escape("accountant.cdp_excess=1.0")):
         build(compose_config([*LSQ, "defense=decor", "accountant=secldp", "accountant.cdp_excess=1.0"])[0])
 
