@@ -44,10 +44,16 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
 def expand(overrides: list[str]) -> list[list[str]]:
     """The jobs of a basic-sweeper command line (``a=1,2 b=x,y`` -> four override lists), as Hydra's
     ``BasicSweeper`` runs them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    return _jobs(OverridesParser.create().parse_overrides(overrides))
+
+
+def _jobs(parsed: list) -> list[list[str]]:
+    """The jobs of overrides already parsed by Hydra's ``OverridesParser``."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper.split_arguments(parsed, None)[0]
 
 
 def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
@@ -64,7 +70,7 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     parsed = OverridesParser.create().parse_overrides(given)
     final = {o.get_key_element(): o for o in parsed}  # the last override of a key wins, in first place
     keys = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
-    return len(expand(given)), keys
+    return len(_jobs(parsed)), keys
 
 
 def sweeper_params(hydra: Any) -> Any:
