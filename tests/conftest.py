@@ -1,4 +1,5 @@
-"""Shared fixtures: run the real CLI in a subprocess, or the pipeline through the Python API."""
+"""Shared fixtures and helpers: run the real CLI in a subprocess, or the pipeline through the Python API
+(build a setup from overrides, run its protocol with a chosen recorder)."""
 
 import os
 import subprocess
@@ -7,6 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from decpriv import experiment
+from decpriv.adversary.recorder import Recorder
+from decpriv.api import compose_config
+from decpriv.built import Setup
+from decpriv.protocols.base import Outcome, Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 DECPRIV = Path(sys.executable).with_name("decpriv")
@@ -23,6 +30,28 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subproc
             f"decpriv {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def build(*overrides: str) -> Setup:
+    """The setup ``decpriv run OVERRIDES`` would build, not yet run."""
+    return experiment.build(compose_config(list(overrides))[0])
+
+
+def protocol_run(setup: Setup, recorder: Recorder) -> Outcome:
+    """The setup's protocol run with ``recorder`` taking down what it observes: unlike experiment.simulate,
+    which records only the adversary's view and only when an attack will read it."""
+    sim = Simulation(
+        setup.network,
+        setup.dataset,
+        setup.local,
+        setup.model,
+        setup.defense,
+        setup.adversary,
+        recorder,
+        setup.seeds,
+        setup.device,
+    )
+    return setup.protocol.run(sim)
 
 
 @pytest.fixture

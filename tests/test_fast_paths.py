@@ -3,12 +3,10 @@ reference paths it replaces: vmap(grad) per node, and the defense's exchange wit
 
 import pytest
 import torch
+from conftest import build, protocol_run
 
-from decpriv import experiment
 from decpriv.adversary.recorder import Recorder
-from decpriv.api import compose_config
 from decpriv.models import architectures as arch
-from decpriv.protocols.base import Simulation
 from decpriv.protocols.dsgd import DSGD
 
 CHAINS = {
@@ -30,8 +28,8 @@ CHAINS = {
 @pytest.mark.parametrize("b", [1, 5])
 @pytest.mark.parametrize("masked", [False, True])
 def test_chain_backward_equals_vmap_grad(name, b, masked):
-    build, shape, classes = CHAINS[name]
-    model = build()
+    make, shape, classes = CHAINS[name]
+    model = make()
     assert model.chain is not None
     model.module.double()
     n = 6
@@ -55,8 +53,8 @@ def test_chain_backward_equals_vmap_grad(name, b, masked):
 @pytest.mark.parametrize("name", ["softmax", "mlp relu 16-7", "mlp sigmoid"])
 @pytest.mark.parametrize("b", [1, 5])
 def test_fused_sgd_step_equals_theta_minus_lr_gradient(name, b):
-    build, shape, classes = CHAINS[name]
-    model = build()
+    make, shape, classes = CHAINS[name]
+    model = make()
     model.module.double()
     gen = torch.Generator().manual_seed(b)
     theta = model.init(4, seed=0, same=False).double()
@@ -98,28 +96,13 @@ def test_chain_backward_is_not_taken_under_autograd():
     assert second.abs().max() > 0
 
 
-def build(*overrides: str):
-    return experiment.build(compose_config(list(overrides))[0])
-
-
-def run(setup, general: bool, monkeypatch, recorder: Recorder | None = None):
+def run(setup, general: bool, monkeypatch, recorder: Recorder):
     """One D-SGD run, through the buffered fast path or (``general``) the defense's own calls."""
     if general:
         monkeypatch.setattr(DSGD, "plain", lambda self, sim: (False, False))
     else:
         monkeypatch.undo()
-    sim = Simulation(
-        setup.network,
-        setup.dataset,
-        setup.local,
-        setup.model,
-        setup.defense,
-        setup.adversary,
-        recorder or Recorder.broadcast(setup.adversary.observed_senders(setup.network), enabled=False),
-        setup.seeds,
-        setup.device,
-    )
-    return setup.protocol.run(sim)
+    return protocol_run(setup, recorder)
 
 
 @pytest.mark.parametrize(

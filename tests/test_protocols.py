@@ -8,34 +8,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import build, protocol_run
 
 from decpriv import experiment
 from decpriv.adversary.recorder import Recorder
 from decpriv.api import compose_config
 from decpriv.errors import ConfigError
 from decpriv.graphs.gossip_matrix import spectral_gap
-from decpriv.protocols.base import Simulation
 
 
-def build(*overrides: str):
-    return experiment.build(compose_config(list(overrides))[0])
-
-
-def simulate(setup, recorder: Recorder | None = None):
-    if recorder is None:
-        return experiment.simulate(setup)[0]
-    sim = Simulation(
-        setup.network,
-        setup.dataset,
-        setup.local,
-        setup.model,
-        setup.defense,
-        setup.adversary,
-        recorder,
-        setup.seeds,
-        setup.device,
-    )
-    return setup.protocol.run(sim)
+def simulate(setup):
+    return experiment.simulate(setup)[0]
 
 
 def gossip_errors(*overrides: str) -> tuple[np.ndarray, float]:
@@ -47,7 +30,7 @@ def gossip_errors(*overrides: str) -> tuple[np.ndarray, float]:
 def test_gossip_converges_to_the_mean_and_records_every_message():
     setup = build("protocol=gossip", "protocol.rounds=30", "partition=one_per_node", "topology=torus")
     recorder = Recorder.broadcast(np.arange(setup.network.n))
-    outcome = simulate(setup, recorder)
+    outcome = protocol_run(setup, recorder)
     x0 = outcome.truth["private_values"]
     W = torch.as_tensor(setup.network.W.toarray())
     values = recorder.transcript().values
@@ -182,7 +165,7 @@ def test_fedavg_on_a_star_the_centre_is_the_server():
 def test_fedavg_partial_participation_records_only_what_was_sent():
     setup = build("protocol=fedavg", "topology.n=8", "protocol.client_fraction=0.5", "protocol.rounds=3")
     recorder = Recorder.broadcast(np.arange(8))
-    outcome = simulate(setup, recorder)
+    outcome = protocol_run(setup, recorder)
     sent = outcome.public["participants"]
     assert sent.shape == (3, 8) and (sent.sum(1) == 4).all() and not (sent[0] == sent[1]).all()
     values = recorder.transcript().values
