@@ -31,7 +31,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
-from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
+from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
@@ -223,7 +223,7 @@ class GradientInversion(Attack):
 
     def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Findings:
         data_range = view.data_spec.data_range or (0.0, 1.0)
-        image = len(view.data_spec.input_shape) == 3
+        image = view.data_spec.is_image
         inversions = findings.inversions
         scored = score_batches(
             findings.victims,
@@ -244,18 +244,11 @@ class GradientInversion(Attack):
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
         if image:
-            # a perfect reconstruction has infinite PSNR; cap it so the mean stays a number
-            summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
-            summary["attack_ssim"] = float(table["ssim"].mean())
-            summary["attack_mse"] = float(table["mse"].mean())
-            summary["attack_mean_image_psnr"] = float(table["mean_image_psnr"].mean())
+            scores, recovered = image_summary(table)
+            summary |= {**scores, "attack_mse": float(table["mse"].mean())}
             title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
             figures[f"reconstructions/{self.name}.png"] = partial(
                 reconstruction_grid, scored, data_range, "reconstructed", title
-            )
-            recovered = (
-                f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
-                f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
             )
         else:
             recovered = f"mean L2 error {summary['attack_l2_error']:.3g} (no image baseline for this data)"

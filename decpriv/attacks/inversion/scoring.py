@@ -76,6 +76,21 @@ def score_batches(
     return Scored(pd.DataFrame(rows), true_rows, rec_rows)
 
 
+def image_summary(table: pd.DataFrame) -> tuple[dict[str, float], str]:
+    """Mean PSNR, SSIM and the mean-image baseline's PSNR of scored image rows, and the verdict's words for
+    them. An exact recovery has infinite PSNR: it is capped at 100 dB so that a mean stays a number."""
+    summary = {
+        "attack_psnr": float(table["psnr"].clip(upper=100.0).mean()),
+        "attack_ssim": float(table["ssim"].mean()),
+        "attack_mean_image_psnr": float(table["mean_image_psnr"].mean()),
+    }
+    words = (
+        f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
+        f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
+    )
+    return summary, words
+
+
 def reconstruction_grid(scored: Scored, data_range: tuple[float, float], label: str, title: str) -> Figure:
     """True images above their matched reconstructions, each captioned with its PSNR."""
     low, high = data_range

@@ -316,7 +316,7 @@ class KnowledgeMatrix(Attack):
             )
         }
         spec = view.data_spec
-        if self.image_metrics is not False and spec.data_range is not None and len(spec.input_shape) == 3:
+        if self.image_metrics is not False and spec.data_range is not None and spec.is_image:
             shape = (len(findings.nodes), *spec.input_shape)
             imgs, truth_imgs = recovered.reshape(shape), true.reshape(shape)
             p, s = psnr(imgs, truth_imgs, spec.data_range), ssim(imgs, truth_imgs, spec.data_range)

@@ -28,7 +28,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
 from decpriv.attacks.inversion.labels import label_multisets
-from decpriv.attacks.inversion.scoring import reconstruction_grid, score_batches
+from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
 from decpriv.attacks.pdmm.leak import (
     Assumed,
     check_assumptions,
@@ -213,7 +213,7 @@ class DiffGrad(Attack):
 
     def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Findings:
         spec = view.data_spec
-        is_image = len(spec.input_shape) == 3
+        is_image = spec.is_image
         data_range = spec.data_range or (0.0, 1.0)
         scored = score_batches(
             findings.victims, findings.x, findings.y, findings.objective, truth, data_range, is_image
@@ -238,14 +238,8 @@ class DiffGrad(Attack):
             how += "; ORACLE: target from the true data, not the messages"
         recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
         if is_image:
-            # an exact recovery has infinite PSNR: capped at 100 dB so a mean stays finite
-            summary["attack_psnr"] = float(table["psnr"].clip(upper=100.0).mean())
-            summary["attack_ssim"] = float(table["ssim"].mean())
-            summary["attack_mean_image_psnr"] = float(table["mean_image_psnr"].mean())
-            recovered = (
-                f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
-                f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
-            )
+            scores, recovered = image_summary(table)
+            summary |= scores
             figures["reconstructions/diffgrad.png"] = partial(
                 reconstruction_grid,
                 scored,
