@@ -33,7 +33,7 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, eval_rounds
+from decpriv.protocols.base import Outcome, Protocol, Simulation, check_dtype, eval_rounds
 from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton
 
 UPDATES = ("exact", "inexact", "qa")
@@ -108,8 +108,7 @@ class PDMM(Protocol):
             raise bad("protocol.mu", mu, "the QA curvature must be positive", "use e.g. protocol.mu=1")
         if z_std < 0:
             raise bad("protocol.z_std", z_std, "a standard deviation is non-negative", "use e.g. 10")
-        if dtype not in ("float32", "float64"):
-            raise bad("protocol.dtype", dtype, "unsupported precision", "use float64 or float32")
+        check_dtype(dtype)
         self.rounds, self.rho, self.theta, self.update = rounds, rho, theta, update
         self.k_max, self.alpha, self.mu, self.z_std = k_max, alpha, mu, z_std
         if not tol > 0:
