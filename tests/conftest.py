@@ -6,13 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from decpriv import experiment
 from decpriv.adversary.recorder import Recorder
 from decpriv.api import compose_config
 from decpriv.built import Setup
+from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.protocols.base import Outcome, Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +38,11 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subproc
 def build(*overrides: str) -> Setup:
     """The setup ``decpriv run OVERRIDES`` would build, not yet run."""
     return experiment.build(compose_config(list(overrides))[0])
+
+
+def mh(graph: nx.Graph) -> sp.csr_array:
+    """The graph's Metropolis-Hastings gossip matrix as a sparse array."""
+    return sp.csr_array(metropolis_hastings(graph))
 
 
 def protocol_run(setup: Setup, recorder: Recorder) -> Outcome:

@@ -6,7 +6,7 @@ from fractions import Fraction
 import networkx as nx
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from conftest import mh
 from sympy import GF
 from sympy.polys.matrices import DomainMatrix
 
@@ -17,12 +17,7 @@ from decpriv.attacks.knowledge.matrix import (
     rational_matrix,
 )
 from decpriv.attacks.knowledge.modular import IntegerMatrix, primes, rational, vanishing
-from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.topologies import erdos_renyi
-
-
-def mh(graph: nx.Graph) -> sp.csr_array:
-    return sp.csr_array(metropolis_hastings(graph))
 
 
 def test_near_cutoff_rank_is_decided_exactly():

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from conftest import mh
 
 from decpriv.api import compose_config
 from decpriv.attacks.knowledge.matrix import (
@@ -21,13 +22,8 @@ from decpriv.attacks.knowledge.matrix import (
 )
 from decpriv.errors import ConfigError
 from decpriv.experiment import build, simulate
-from decpriv.graphs.gossip_matrix import metropolis_hastings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "decpriv" / "attacks" / "knowledge"
-
-
-def mh(graph: nx.Graph) -> sp.csr_array:
-    return sp.csr_array(metropolis_hastings(graph))
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 5, 8])

@@ -8,6 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import mh
 
 from decpriv.attacks.knowledge.matrix import (
     float_knowledge,
@@ -25,11 +26,6 @@ from decpriv.attacks.knowledge.modular import (
     primes,
     rref_mod,
 )
-from decpriv.graphs.gossip_matrix import metropolis_hastings
-
-
-def mh(graph: nx.Graph) -> sp.csr_array:
-    return sp.csr_array(metropolis_hastings(graph))
 
 
 def er(n: int, seed: int) -> nx.Graph:
