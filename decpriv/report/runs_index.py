@@ -34,7 +34,7 @@ def _same(found: object, wanted: str) -> bool:
         return str(found) == wanted
 
 
-def _row(folder: Path, root: Path) -> dict:
+def _row(folder: Path) -> dict:
     meta = read_status(folder)
     summary_file = folder / "summary.csv"
     summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
@@ -61,7 +61,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     rows = []
     for file in root.rglob("run.json"):
         try:
-            rows.append(_row(file.parent, root))
+            rows.append(_row(file.parent))
         except (ConfigError, IndexError) as error:  # one corrupt folder must not hide the others
             warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
     filters = filters or {}
