@@ -179,7 +179,11 @@ def tuned(claim: Claim, done: pd.DataFrame) -> pd.DataFrame:
 def measured(claim: Claim, done: pd.DataFrame) -> pd.DataFrame:
     """``y`` by ``hue`` and ``x`` over the completed jobs (of the tuned combinations): mean, std (over seeds)
     and count, then the tuned keys' chosen values."""
-    rows = tuned(claim, done)
+    return _measured(claim, tuned(claim, done))
+
+
+def _measured(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`measured` of the tuned combinations' jobs (``rows``: :func:`tuned`'s answer)."""
     data = rows.assign(**{claim.y: pd.to_numeric(rows[claim.y], errors="coerce")})
     table = mean_std_count(data, _cells(claim), claim.y)
     if not claim.tune:
@@ -270,11 +274,12 @@ def _figure_section(
     check_figure(claim, table, where, metrics)
     done = table[table["status"] == "completed"]
     caption = f"{claim.y}: mean, std over seeds, count of completed jobs"
-    figure, notes = _draw(claim, tuned(claim, done), target)
+    rows = tuned(claim, done)
+    figure, notes = _draw(claim, rows, target)
     if claim.tune:
         tried = done[list(claim.tune)].astype(str).drop_duplicates()
         caption += f", at the {claim.best} over {', '.join(claim.tune)} of each cell ({len(tried)} tried)"
-    section = ClaimSection(claim, caption, measured(claim, done), notes)
+    section = ClaimSection(claim, caption, _measured(claim, rows), notes)
     if figure is not None:
         section.figures[CLAIM_PNG] = figure
     return section
