@@ -57,21 +57,15 @@ class TableDiff:
         )
 
 
-def _declared_keys(target: Path) -> dict[str, list[str]]:
-    """Each table's key columns as the run declared them (run.json ``table_keys``; a sweep's first job)."""
+def _status_of(target: Path) -> dict:
+    """run.json of a run folder, else of a sweep's first job (``{}`` for a CSV table): the metric names
+    and each table's declared key columns (``table_keys``)."""
     if target.is_file():
         return {}
     for run_json in [target / "run.json", *sorted(target.glob("*/run.json"))[:1]]:
         if run_json.is_file():
-            return read_status(run_json.parent).get("table_keys", {})
+            return read_status(run_json.parent)
     return {}
-
-
-def _metrics_of(folder: Path) -> set[str]:
-    for run_json in [folder / "run.json", *sorted(folder.glob("*/run.json"))[:1]]:
-        if run_json.is_file():
-            return set(read_status(run_json.parent).get("metrics", []))
-    return set()
 
 
 def sweep_keys(table: pd.DataFrame, metrics: set[str]) -> list[str]:
@@ -120,13 +114,11 @@ def compare_tables(
     parts = []
     for column in common:
         x, y = both[f"{column}@a"], both[f"{column}@b"]
-        same, rel = (
-            zip(*map(lambda p, q: _close(p, q, rtol, atol), x, y), strict=True) if len(both) else ((), ())
-        )
-        differ = ~np.array(same, dtype=bool)
+        found = [_close(p, q, rtol, atol) for p, q in zip(x, y, strict=True)]
+        differ = np.array([not same for same, _ in found], dtype=bool)
         if differ.any():
             rows = both.loc[differ, keys].assign(column=column, a=x[differ], b=y[differ])
-            parts.append(rows.assign(rel_diff=np.array(rel)[differ]))
+            parts.append(rows.assign(rel_diff=np.array([rel for _, rel in found])[differ]))
     columns = [*keys, "column", "a", "b", "rel_diff"]
     changed = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
     return TableDiff(
@@ -172,8 +164,9 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
     ta, tb = _tables(a), _tables(b)
     if a.is_file() and b.is_file():
         tb = {next(iter(ta)): next(iter(tb.values()))}
-    metrics = _metrics_of(a) | _metrics_of(b)
-    declared = {**_declared_keys(b), **_declared_keys(a)}
+    status_a, status_b = _status_of(a), _status_of(b)
+    metrics = set(status_a.get("metrics", [])) | set(status_b.get("metrics", []))
+    declared = {**status_b.get("table_keys", {}), **status_a.get("table_keys", {})}
     diffs = []
     for name in sorted(set(ta) | set(tb)):
         if name not in ta or name not in tb:
