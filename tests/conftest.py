@@ -21,6 +21,22 @@ from decpriv.protocols.base import Outcome, Simulation
 ROOT = Path(__file__).resolve().parents[1]
 DECPRIV = Path(sys.executable).with_name("decpriv")
 
+# the pdmm_leak attack on a quadratic (least squares), node 0 attacking and eavesdropping; callers add
+# "protocol=pdmm" and their own protocol keys
+PDMM_QUADRATIC = (
+    "topology=random_geometric",
+    "topology.n=8",
+    "topology.radius=0.6",
+    "data=least_squares",
+    "data.dim=3",
+    "partition=contiguous",
+    "model=linear_regression",
+    "adversary.nodes=[0]",
+    "adversary.eavesdropper=true",
+    "attack=pdmm_leak",
+    "protocol.z_std=0",  # plain PDMM unless a test perturbs the subspace
+)
+
 
 def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """``decpriv ARGS`` in a subprocess; returns the completed process (stdout/stderr as text)."""

@@ -5,6 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from conftest import PDMM_QUADRATIC
 from torch.func import grad, vmap
 
 from decpriv import experiment
@@ -13,20 +14,7 @@ from decpriv.attacks.pdmm.leak import column, extract, links
 from decpriv.errors import ConfigError
 from decpriv.metrics.training import least_squares_optimum
 
-QUADRATIC = [
-    "topology=random_geometric",
-    "topology.n=8",
-    "topology.radius=0.6",
-    "data=least_squares",
-    "data.dim=3",
-    "partition=contiguous",
-    "model=linear_regression",
-    "adversary.nodes=[0]",
-    "adversary.eavesdropper=true",
-    "attack=pdmm_leak",
-    "protocol.z_std=0",  # plain PDMM unless a test perturbs the subspace
-    "protocol.tol=1e-12",  # exactness to 1e-10 needs solves well below it
-]
+QUADRATIC = [*PDMM_QUADRATIC, "protocol.tol=1e-12"]  # exactness to 1e-10 needs solves well below it
 LOGISTIC = [
     "topology=random_geometric",
     "topology.n=10",

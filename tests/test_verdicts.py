@@ -4,25 +4,11 @@ the figures quoted are the summary's, so a verdict cannot drift from the table i
 import re
 
 import pytest
+from conftest import PDMM_QUADRATIC
 
 from decpriv.api import run
 
 DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
-PDMM_LEAK = (
-    "protocol=pdmm",
-    "topology=random_geometric",
-    "topology.n=8",
-    "topology.radius=0.6",
-    "data=least_squares",
-    "data.dim=3",
-    "partition=contiguous",
-    "model=linear_regression",
-    "adversary.nodes=[0]",
-    "adversary.eavesdropper=true",
-    "attack=pdmm_leak",
-    "protocol.z_std=0",
-    "protocol.rounds=20",
-)
 
 CASES = {
     "knowledge_matrix": (
@@ -83,7 +69,7 @@ CASES = {
         ("rushing", "0: no effect"),
     ),
     "pdmm_leak": (
-        PDMM_LEAK,
+        ("protocol=pdmm", *PDMM_QUADRATIC, "protocol.rounds=20"),
         {"leak_difference_error_median": ".2g", "leak_plain_gradient_error_median": ".2g"},
         ("guessing zero",),
     ),
