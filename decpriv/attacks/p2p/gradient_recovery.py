@@ -22,6 +22,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.p2p.neighbourhood import (
+    coverable,
     recorded_rounds,
     require_neighbours,
     updates,
@@ -129,10 +130,8 @@ class GradientRecovery(Attack):
                 "use protocol.gossip_steps=1 (D-PSGD)",
             )
         require_neighbours(network, adversary.nodes)
-        heard = adversary.observed_senders(network)
-        hoods = network.adjacency[adversary.nodes].indices
-        informed = [v for v in np.unique(hoods) if np.isin(network.neighbours(v), heard).all()]
-        if not informed:
+        informed, _ = coverable(network, adversary.nodes, adversary.observed_senders(network))
+        if not informed.size:
             raise bad(
                 "adversary.nodes",
                 adversary.nodes.tolist(),

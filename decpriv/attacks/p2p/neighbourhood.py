@@ -47,6 +47,18 @@ def victims_of(view: View) -> tuple[np.ndarray, np.ndarray]:
     return honest[reached], attackers[adj[:, reached].argmax(0)]
 
 
+def coverable(network: Network, attackers: np.ndarray, heard: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Honest neighbours of the attackers whose whole neighbourhood is heard, with the attacker that
+    forges for each (the lowest-index adjacent one)."""
+    honest = np.setdiff1d(np.arange(network.n), attackers)
+    adj = network.adjacency[attackers][:, honest].toarray() > 0
+    heard_mask = np.zeros(network.n, dtype=bool)
+    heard_mask[heard] = True
+    inside = ~((network.adjacency[honest].toarray() > 0) & ~heard_mask[None, :]).any(1)
+    ok = adj.any(0) & inside
+    return honest[ok], attackers[adj[:, ok].argmax(0)]
+
+
 def require_neighbours(network: Network, attackers: np.ndarray) -> None:
     """An attacker with no neighbours receives nothing to attack."""
     lonely = attackers[network.degrees[attackers] == 0]

@@ -18,25 +18,13 @@ from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
-from decpriv.attacks.p2p.neighbourhood import closed, columns, require_neighbours
+from decpriv.attacks.p2p.neighbourhood import closed, columns, coverable, require_neighbours
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
 from decpriv.truth import Truth
 
 TARGETS = ("own", "zeros")
-
-
-def coverable(network: Network, attackers: np.ndarray, heard: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Honest neighbours of the attackers whose whole neighbourhood is heard, with the attacker that
-    forges for each (the lowest-index adjacent one)."""
-    honest = np.setdiff1d(np.arange(network.n), attackers)
-    adj = network.adjacency[attackers][:, honest].toarray() > 0
-    heard_mask = np.zeros(network.n, dtype=bool)
-    heard_mask[heard] = True
-    inside = ~((network.adjacency[honest].toarray() > 0) & ~heard_mask[None, :]).any(1)
-    ok = adj.any(0) & inside
-    return honest[ok], attackers[adj[:, ok].argmax(0)]
 
 
 def override_targets(
