@@ -21,6 +21,18 @@ from decpriv.protocols.base import Outcome, Simulation
 ROOT = Path(__file__).resolve().parents[1]
 DECPRIV = Path(sys.executable).with_name("decpriv")
 
+# Pasquini et al.'s D-PSGD: an MLP trained by D-SGD with uniform gossip weights
+DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
+# their neighbour discovery by an eavesdropper on a 16-node torus: 16 victims x 2 rounds with a previous round
+NEIGHBOUR_DISCOVERY = (
+    "topology=torus",
+    "topology.n=16",
+    *DPSGD,
+    "attack=neighbour_discovery",
+    "adversary.eavesdropper=true",
+    "protocol.rounds=3",
+    "protocol.batch_size=8",
+)
 # the pdmm_leak attack on a quadratic (least squares), node 0 attacking and eavesdropping; callers add
 # "protocol=pdmm" and their own protocol keys
 PDMM_QUADRATIC = (

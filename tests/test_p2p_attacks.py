@@ -6,12 +6,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DPSGD, NEIGHBOUR_DISCOVERY
 
 from decpriv.api import compose_config
 from decpriv.errors import ConfigError
 from decpriv.experiment import build
-
-DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
 
 
 def run(cli, tmp_path, *args, folder="out"):
@@ -81,17 +80,7 @@ def test_gradient_recovery_minibatch_is_a_noisy_full_gradient(cli, tmp_path):
 
 
 def test_neighbour_discovery_torus16_eavesdropper(cli, tmp_path):
-    out, s = run(
-        cli,
-        tmp_path,
-        "topology=torus",
-        "topology.n=16",
-        *DPSGD,
-        "attack=neighbour_discovery",
-        "adversary.eavesdropper=true",
-        "protocol.rounds=3",
-        "protocol.batch_size=8",
-    )
+    out, s = run(cli, tmp_path, *NEIGHBOUR_DISCOVERY)
     assert s.discovery_trials == 32  # 16 victims x 2 rounds with a previous round
     assert s.discovery_exact_rate >= 0.9 and s.discovery_final_exact_rate == 1.0
 

@@ -4,11 +4,9 @@ the figures quoted are the summary's, so a verdict cannot drift from the table i
 import re
 
 import pytest
-from conftest import PDMM_QUADRATIC
+from conftest import DPSGD, NEIGHBOUR_DISCOVERY, PDMM_QUADRATIC
 
 from decpriv.api import run
-
-DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
 
 CASES = {
     "knowledge_matrix": (
@@ -43,15 +41,7 @@ CASES = {
         ("(exact)", "cosine 0"),
     ),
     "neighbour_discovery": (
-        (
-            "topology=torus",
-            "topology.n=16",
-            *DPSGD,
-            "attack=neighbour_discovery",
-            "adversary.eavesdropper=true",
-            "protocol.rounds=3",
-            "protocol.batch_size=8",
-        ),
+        NEIGHBOUR_DISCOVERY,
         {"discovery_exact_rate": ".1%", "discovery_final_exact_rate": ".1%", "discovery_trials": "d"},
         ("at random",),
     ),
