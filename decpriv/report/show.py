@@ -8,9 +8,10 @@ from rich.console import Console
 from rich.table import Table
 
 from decpriv.errors import ConfigError
-from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.diff import diff_paths, diff_rows, sweep_keys
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import DETAIL, fmt, markdown_table, print_frame
+from decpriv.report.sweep import swept_overrides
+from decpriv.report.text import fmt, headline_metrics, markdown_table, print_frame
 
 
 def print_headline(run: Path, console: Console) -> None:
@@ -21,7 +22,7 @@ def print_headline(run: Path, console: Console) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     metrics = [key for key in meta.get("metrics", []) if key in summary]
-    shown = [key for key in metrics if not DETAIL.search(key) and key != "verdict"]
+    shown = headline_metrics(metrics)
     for key in shown:
         table.add_row(key, fmt(summary[key]))
     if len(shown) < len(metrics):
@@ -77,13 +78,17 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
 
 def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
     """A sweep's summary for reading: job, status, the swept keys, then the headline metrics (those that
-    differ between jobs first), leaving out the config and the statistics' details."""
-    from decpriv.report.aggregate import load_sweep
+    differ between jobs first), leaving out the config and the statistics' details.
 
-    sweep = load_sweep(run)
-    headline = [m for m in sweep.metrics if not DETAIL.search(m)]
+    The swept keys come from multirun.yaml (else the config columns that vary), the metric names from the
+    jobs' run.json files: the jobs' summary.csv files are not read again (the sweep's own holds them all)."""
+    from decpriv.report.aggregate import _metric_names
+
+    names = [m for m in _metric_names(run) if m in table and pd.api.types.is_numeric_dtype(table[m])]
+    keys = [k for k in swept_overrides(run) if k in table] or sweep_keys(table, set(names) | {"job"})
+    headline = headline_metrics(names)
     varying = [m for m in headline if table[m].nunique(dropna=True) > 1]
-    front = ["job", "status", *sweep.keys, *varying, *[m for m in headline if m not in varying]]
+    front = ["job", "status", *keys, *varying, *[m for m in headline if m not in varying]]
     return table[[c for c in dict.fromkeys(front) if c in table]]
 
 
@@ -106,13 +111,13 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         frame = read_table(file)
         title = f"{file.name} ({len(frame)} rows)"
         if file.stem == "summary" and len(frame) == 1:
-            keys = [k for k in meta.get("metrics") or list(frame.columns) if not DETAIL.search(k)]
+            keys = headline_metrics(meta.get("metrics") or list(frame.columns))
             verdict = frame["verdict"].iloc[0] if "verdict" in frame else None
-            keys = [k for k in keys if k != "verdict"]
+            columns = len(frame.columns)
             frame = frame[[*[c for c in ("status",) if c in frame], *[k for k in keys if k in frame]]]
             frame = frame.T.reset_index()
             frame.columns = ["metric", "value"]
-            title = f"{file.name} (headline; {len(read_table(file).columns)} columns in the file)"
+            title = f"{file.name} (headline; {columns} columns in the file)"
             print_frame(frame, title, console, len(frame))
             if isinstance(verdict, str):
                 console.print(f"verdict: {verdict}", highlight=False)

@@ -12,6 +12,12 @@ DETAIL = re.compile(
 )  # kept for the table, not the headline (a statistic shows beside its null's 97.5th percentile)
 
 
+def headline_metrics(names: list[str]) -> list[str]:
+    """The metrics a run's headline shows: not the statistics' details (:data:`DETAIL`), nor the attack's
+    verdict, which prints on a line of its own."""
+    return [name for name in names if not DETAIL.search(name) and name != "verdict"]
+
+
 def fmt(value: object) -> str:
     """Six significant digits for floats; an empty cell for a missing value."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
