@@ -213,18 +213,15 @@ def gossip_row_space(
     """The gossip system's answer from its blocks (K_t, Y_t): certified full rank first on large networks
     (module docstring), else :func:`row_space`."""
     n = W.shape[0]
-    if certified and n > dense_limit:
-        try:
-            rows, d = rational_matrix(W)
-        except ConfigError:
-            rows = None
-        if rows is not None:
-            seen = observed_nodes(sp.csr_array(W != 0), attackers)
-            leading = full_rank_steps(IntegerMatrix.from_rows(rows, d, n), attackers, seen, steps)
-            if leading is not None:
-                total = len(attackers) + steps * len(seen)
-                return full_rank_knowledge(islice(blocks, leading + 1), n, total, tol, leading)
-    check = gossip_certifier(W, attackers, steps) if certified else None
+    integer = integer_matrix(W) if certified else None
+    check = None
+    if integer is not None:
+        seen = observed_nodes(sp.csr_array(W != 0), attackers)
+        leading = full_rank_steps(integer, attackers, seen, steps) if n > dense_limit else None
+        if leading is not None:
+            total = len(attackers) + steps * len(seen)
+            return full_rank_knowledge(islice(blocks, leading + 1), n, total, tol, leading)
+        check = gossip_decider(W, integer, attackers, seen, steps)
     return row_space(blocks, n, rcond, tol, check)
 
 
@@ -256,16 +253,24 @@ def full_rank_knowledge(
     return Knowledge(rows, n, ones, np.zeros(n), np.arange(n), estimate, numerics)
 
 
+def integer_matrix(M: sp.csr_array) -> IntegerMatrix | None:
+    """M = A / d with A integer (:func:`rational_matrix`), or None when M is not a matrix of
+    small-denominator fractions."""
+    try:
+        rows, d = rational_matrix(M)
+    except ConfigError:
+        return None
+    return IntegerMatrix.from_rows(rows, d, M.shape[0])
+
+
 def certifier(
     M: sp.csr_array, fixed: np.ndarray, seen: np.ndarray, steps: int
 ) -> Callable[[], Certificate | None] | None:
     """The exact decision for K = [E_F; (M^t)[S, :], t < steps] as a deferred call (only ambiguous runs pay
     for it), or None when M is not a matrix of small-denominator fractions."""
-    try:
-        rows, d = rational_matrix(M)
-    except ConfigError:
+    integer = integer_matrix(M)
+    if integer is None:
         return None
-    integer = IntegerMatrix.from_rows(rows, d, M.shape[0])
     return lambda: certify(integer, np.asarray(fixed), np.asarray(seen), steps)
 
 
@@ -274,12 +279,19 @@ def gossip_certifier(
 ) -> Callable[[], Certificate | None] | None:
     """:func:`certifier` for K_T of gossip averaging (F = the attackers, S = their other neighbours), falling
     back to sympy's rational RREF when no modular certificate is found."""
-    modular = certifier(W, attackers, observed_nodes(sp.csr_array(W != 0), attackers), steps)
-    if modular is None:
+    integer = integer_matrix(W)
+    if integer is None:
         return None
+    return gossip_decider(W, integer, attackers, observed_nodes(sp.csr_array(W != 0), attackers), steps)
+
+
+def gossip_decider(
+    W: sp.csr_array, integer: IntegerMatrix, attackers: np.ndarray, seen: np.ndarray, steps: int
+) -> Callable[[], Certificate]:
+    """:func:`gossip_certifier` on W's integer form and observed nodes already built."""
 
     def decide() -> Certificate:
-        found = modular()
+        found = certify(integer, np.asarray(attackers), np.asarray(seen), steps)
         if found is not None:
             return found
         exact = exact_knowledge(W, attackers, steps)

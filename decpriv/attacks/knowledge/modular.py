@@ -353,6 +353,8 @@ def full_rank_steps(
     the elimination stops at rank n, so the long tail of a horizon (rows ever closer to 1/n) is never read.
     """
     n = M.n
+    if len(fixed) + steps * len(seen) < n:  # fewer rows than unknowns: no prime can reach rank n
+        return None
     for p in primes(tries + 4, below=2**FLOAT_PRIME_BITS):
         if M.d % p == 0:
             continue
