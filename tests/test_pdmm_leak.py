@@ -10,7 +10,7 @@ from torch.func import grad, vmap
 
 from decpriv import experiment
 from decpriv.api import compose_config
-from decpriv.attacks.pdmm.leak import column, extract, links
+from decpriv.attacks.pdmm.leak import extract, links
 from decpriv.errors import ConfigError
 from decpriv.metrics.training import least_squares_optimum
 
@@ -119,7 +119,7 @@ def test_leak_of_some_nodes_from_their_links_alone_equals_the_whole_view(form):
     whole = extract(view, 30, 0.4, 1.0, "exact", form)
     needed = links(setup.network, nodes, form)
     assert len(needed) < len(view.transcript.senders)  # the test must drop some columns
-    keep = column(view.transcript, setup.network.n, needed[:, 0], needed[:, 1])
+    keep = view.transcript.columns(needed[:, 0], needed[:, 1])
     tr = view.transcript
     cut = replace(tr, senders=tr.senders[keep], receivers=tr.receivers[keep], values=tr.values[:, keep])
     part = extract(replace(view, transcript=cut), 30, 0.4, 1.0, "exact", form, nodes=nodes)

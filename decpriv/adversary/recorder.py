@@ -24,11 +24,23 @@ class Transcript:
     values: torch.Tensor
     aggregates: torch.Tensor | None = None  # (R, |A|, p) each corrupt node's secure-aggregation output
 
+    def columns(self, senders: np.ndarray, receivers: np.ndarray) -> np.ndarray:
+        """The column of each (sender, receiver) pair (the first one recorded), -1 where none was."""
+        senders, receivers = np.asarray(senders), np.asarray(receivers)
+        ids = (self.senders, self.receivers, senders, receivers)
+        base = max(int(a.max(initial=0)) for a in ids) + 2  # one key per pair; receivers start at -1
+        keys = self.senders * base + self.receivers + 1
+        order = np.argsort(keys, kind="stable")
+        query = senders * base + receivers + 1
+        at = np.searchsorted(keys[order], query)
+        # a sentinel past the end: a query above every key reads as absent
+        return np.where(np.append(keys[order], -1)[at] == query, np.append(order, -1)[at], -1)
+
     def column(self, sender: int, receiver: int = -1) -> int:
-        hit = np.flatnonzero((self.senders == sender) & (self.receivers == receiver))
-        if hit.size == 0:
+        hit = int(self.columns(np.array([sender]), np.array([receiver]))[0])
+        if hit < 0:
             raise KeyError(f"no message from {sender} to {receiver} was observed")
-        return int(hit[0])
+        return hit
 
     def sent_by(self, sender: int, receiver: int = -1) -> torch.Tensor:
         """(R, p) every recorded message from ``sender`` (to ``receiver``)."""

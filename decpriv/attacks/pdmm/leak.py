@@ -57,13 +57,10 @@ class Leak:
 
 
 def links(network: Network, nodes: np.ndarray, form: str = "messages") -> np.ndarray:
-    """(L, 2) the directed edges :func:`extract` reads for ``nodes``: every link into or out of them, and for
-    the ``theorem`` form (which needs the neighbours' trajectories) every link of their neighbours too."""
+    """(L, 2) the directed edges :func:`extract` reads for ``nodes``: every link into or out of the nodes
+    whose trajectories it walks (:func:`walked`)."""
     directed = directed_edges(network)
-    reach = np.isin(directed, nodes).any(axis=1)
-    if form == "theorem":
-        reach = np.isin(directed, walked(network, nodes, form)).any(axis=1)
-    return directed[reach]
+    return directed[np.isin(directed, walked(network, nodes, form)).any(axis=1)]
 
 
 def walked(network: Network, nodes: np.ndarray, form: str) -> np.ndarray:
@@ -71,16 +68,8 @@ def walked(network: Network, nodes: np.ndarray, form: str) -> np.ndarray:
     ``theorem`` form."""
     if form != "theorem":
         return nodes
-    return np.union1d(nodes, links(network, nodes, "messages").ravel())
-
-
-def column(transcript, n: int, senders: np.ndarray, receivers: np.ndarray) -> np.ndarray:
-    """The transcript column of each (sender, receiver) pair, -1 where it was not recorded."""
-    keys = transcript.senders * n + transcript.receivers
-    order = np.argsort(keys)
-    query = np.asarray(senders) * n + np.asarray(receivers)
-    at = np.minimum(np.searchsorted(keys[order], query), len(keys) - 1)
-    return np.where(keys[order][at] == query, order[at], -1)
+    directed = directed_edges(network)
+    return np.union1d(nodes, directed[np.isin(directed, nodes).any(axis=1)].ravel())
 
 
 def extract(
@@ -101,7 +90,7 @@ def extract(
     nodes = np.arange(n) if nodes is None else np.asarray(nodes, dtype=np.int64)
     walk = walked(net, nodes, form)
     needed = links(net, nodes, form)
-    absent = column(tr, n, needed[:, 0], needed[:, 1]) < 0
+    absent = tr.columns(needed[:, 0], needed[:, 1]) < 0
     if absent.any():
         raise bad(
             "adversary",
@@ -111,7 +100,7 @@ def extract(
         )
     send = torch.as_tensor(tr.senders)
     recv = torch.as_tensor(tr.receivers)
-    reverse = column(tr, n, tr.receivers, tr.senders)
+    reverse = tr.columns(tr.receivers, tr.senders)
     has_rev = reverse >= 0
     rev = torch.as_tensor(np.maximum(reverse, 0))
     dz = tr.values[:t_max].to(torch.float64)
