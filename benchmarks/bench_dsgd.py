@@ -1,9 +1,11 @@
 """D-SGD speed: decpriv's round (``DSGD.run`` as the CLI runs it) against a straightforward per-node Python
-loop (autograd one node at a time, then each node sums its neighbours) and against the bare batched
-computation, the physical limit of the vmap design: one ``vmap(grad(loss))`` over nodes and one sparse
-W @ Theta a round, nothing else (no recorder, guard, evaluation or buffers). Same process, same minibatches,
-the three timed interleaved, best of 3. Prints rounds/s, the speed-up over the loop, decpriv's time over the
-bare one and the largest parameter difference after 5 rounds. Run: ``.venv/bin/python -m benchmarks dsgd``.
+loop (autograd one node at a time, then each node sums its neighbours) and against two bare batched
+computations with nothing else (no recorder, guard, evaluation or buffers): ``vmap``, one
+``vmap(grad(loss))`` over nodes and one sparse W @ Theta a round (the issue's reference), and ``fused``, the
+hand-written layer-by-layer step decpriv itself takes for linear and MLP models (``sgd_step_``) and the same
+product: decpriv's own limit, so ``/ fused`` is its bookkeeping. Same process, same minibatches, the four
+timed interleaved, best of 3. Prints rounds/s, the speed-up over the loop, decpriv's time over each bare one
+and the largest parameter difference after 5 rounds. Run: ``.venv/bin/python -m benchmarks dsgd``.
 """
 
 import time
@@ -68,6 +70,21 @@ def bare_dsgd(setup, rounds: int) -> torch.Tensor:
     return theta
 
 
+def fused_dsgd(setup, rounds: int) -> torch.Tensor:
+    """theta <- W (theta - lr grad) with the gradient subtracted layer by layer in place, nothing else."""
+    model, local, p = setup.model, setup.local, setup.protocol
+    theta = model.init(local.n, setup.seeds.seed("init"), p.same_init)
+    batches = setup.seeds.torch("batches")
+    W = setup.network.gossip_operator(torch.device("cpu"))
+    with torch.no_grad():
+        for _ in range(rounds):
+            x, y, w = local.batch(p.batch_size, batches)
+            if not model.sgd_step_(theta, x, y, w, p.lr):
+                raise ValueError(f"{model.loss_name}: no layer-by-layer step for this model")
+            theta = W @ theta
+    return theta
+
+
 def timed(*calls, repeats: int = 3) -> list[float]:
     """Best of ``repeats`` wall-clock times of each call, interleaved so that all meet the same load on
     the shared CPU (the minimum is the least disturbed run)."""
@@ -86,11 +103,11 @@ def main() -> None:
     )
     print(
         "decpriv: DSGD.run as the CLI runs it (2 evaluations included); loop: per-node autograd + sums; "
-        "bare: vmap(grad) + W @ Theta"
+        "vmap: vmap(grad) + W @ Theta; fused: sgd_step_ + W @ Theta"
     )
     header = (
-        f"{'model':8} {'n':>5} {'p':>6} {'batch':>5} {'decpriv r/s':>11} {'loop r/s':>9} {'bare r/s':>9}"
-        f" {'vs loop':>8} {'/ bare':>7} {'max |diff|':>11}"
+        f"{'model':8} {'n':>5} {'p':>6} {'batch':>5} {'decpriv r/s':>11} {'loop r/s':>9} {'vmap r/s':>9}"
+        f" {'fused r/s':>9} {'vs loop':>8} {'/ vmap':>7} {'/ fused':>8} {'max |diff|':>11}"
     )
     print(header)
     for model in MODELS:
@@ -101,20 +118,23 @@ def main() -> None:
             diff = max(
                 float((vectorised - reference).abs().max()),
                 float((vectorised - bare_dsgd(check, CHECK_ROUNDS)).abs().max()),
+                float((vectorised - fused_dsgd(check, CHECK_ROUNDS)).abs().max()),
             )
             loop_rounds = max(2, 1024 // n)
             fast_rounds = 400 if n <= 256 else 200
             fast = setup_for(model, n, fast_rounds)
-            loop_s, fast_s, bare_s = timed(
+            loop_s, fast_s, bare_s, fused_s = timed(
                 lambda s=check, r=loop_rounds: loop_dsgd(s, r),
                 lambda s=fast: experiment.simulate(s),
                 lambda s=fast, r=fast_rounds: bare_dsgd(s, r),
+                lambda s=fast, r=fast_rounds: fused_dsgd(s, r),
             )
-            loop_s, fast_s, bare_s = loop_s / loop_rounds, fast_s / fast_rounds, bare_s / fast_rounds
+            loop_s = loop_s / loop_rounds
+            fast_s, bare_s, fused_s = fast_s / fast_rounds, bare_s / fast_rounds, fused_s / fast_rounds
             print(
                 f"{model:8} {n:5d} {check.model.p:6d} {check.protocol.batch_size:5d} {1 / fast_s:11.1f}"
-                f" {1 / loop_s:9.2f} {1 / bare_s:9.1f} {loop_s / fast_s:7.1f}x {fast_s / bare_s:6.2f}x"
-                f" {diff:11.2e}",
+                f" {1 / loop_s:9.2f} {1 / bare_s:9.1f} {1 / fused_s:9.1f} {loop_s / fast_s:7.1f}x"
+                f" {fast_s / bare_s:6.2f}x {fast_s / fused_s:7.2f}x {diff:11.2e}",
                 flush=True,
             )
             assert np.isfinite(diff) and diff < 1e-4, "decpriv, loop and bare D-SGD disagree"
