@@ -495,17 +495,12 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-NO_USER_CONF = re.compile(r"provider=hydra\.searchpath in main, path=conf is not available")
-
-
 def _one_line_warnings() -> None:
     """Warnings print as ``warning: <message>`` on stderr, each distinct message once."""
     seen: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         text = str(message).strip()
-        if NO_USER_CONF.match(text):  # ./conf is optional (config.yaml's hydra.searchpath)
-            return
         if text not in seen:
             seen.add(text)
             Console(stderr=True, soft_wrap=True).print(
