@@ -42,16 +42,21 @@ def _metric_names(sweep: Path) -> list[str]:
     return names
 
 
+def metrics_and_keys(sweep: Path, table: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The numeric columns of ``table`` that the jobs' run.json name as metrics, and the swept keys
+    (multirun.yaml's, else the config columns that vary)."""
+    metrics = [m for m in _metric_names(sweep) if m in table and pd.api.types.is_numeric_dtype(table[m])]
+    keys = [k for k in swept_overrides(sweep) if k in table.columns]
+    return metrics, keys or sweep_keys(table, set(metrics) | {"job"})
+
+
 def load_sweep(path: Path | str) -> Sweep:
     """Read a sweep folder (its jobs' summary rows) with its swept keys and metric names."""
     path = Path(path)
     table = collect(path)
     if table.empty:
         raise FileNotFoundError(f"{path}: no job folders with a run.json (is it a sweep folder?)")
-    metrics = [m for m in _metric_names(path) if m in table and pd.api.types.is_numeric_dtype(table[m])]
-    keys = [k for k in swept_overrides(path) if k in table.columns]
-    if not keys:
-        keys = sweep_keys(table, set(metrics) | {"job"})
+    metrics, keys = metrics_and_keys(path, table)
     front = ["job", "status", *keys]
     table = table[front + [c for c in table.columns if c not in front]]
     return Sweep(path, table, keys, metrics)

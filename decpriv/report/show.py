@@ -8,9 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from decpriv.errors import ConfigError
-from decpriv.report.diff import diff_paths, diff_rows, sweep_keys
+from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.sweep import swept_overrides
 from decpriv.report.text import fmt, headline_metrics, markdown_table, print_frame
 
 
@@ -82,10 +81,9 @@ def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
 
     The swept keys come from multirun.yaml (else the config columns that vary), the metric names from the
     jobs' run.json files: the jobs' summary.csv files are not read again (the sweep's own holds them all)."""
-    from decpriv.report.aggregate import _metric_names
+    from decpriv.report.aggregate import metrics_and_keys
 
-    names = [m for m in _metric_names(run) if m in table and pd.api.types.is_numeric_dtype(table[m])]
-    keys = [k for k in swept_overrides(run) if k in table] or sweep_keys(table, set(names) | {"job"})
+    names, keys = metrics_and_keys(run, table)
     headline = headline_metrics(names)
     varying = [m for m in headline if table[m].nunique(dropna=True) > 1]
     front = ["job", "status", *keys, *varying, *[m for m in headline if m not in varying]]
