@@ -59,10 +59,9 @@ def test_whole_view_matches_dense_projector_and_never_reports_below_it(graph, K,
     net = Network.build(graph, metropolis_hastings)
     W, A = net.W.toarray(), net.adjacency.toarray()
     dense = dense_view_quadratic(W, A, K, T)
-    Q, margin = view_quadratic(net.W, net.adjacency, K, T, np.arange(net.n))
+    Q, _ = view_quadratic(net.W, net.adjacency, K, T, np.arange(net.n))
     np.testing.assert_allclose(Q.numpy(), dense, atol=1e-10)
-    assert margin > 1e-6  # float rank decisions far from the tolerance on these graphs
-    F, exact, _, _ = whole_view_loss(net.W, net.adjacency, K, T)
+    F, exact, *_ = whole_view_loss(net.W, net.adjacency, K, T)
     worst = dense_worst_sign(dense).T  # (u, v)
     np.fill_diagonal(worst, 0.0)
     assert np.all(worst - 1e-9 <= F)  # a reported value is never below the dense worst case
@@ -123,7 +122,7 @@ def test_bound_method_is_the_reach_count_and_dominates_exact():
 def test_gossip_view_is_exact_leverage_and_acceleration_does_not_change_it():
     """Muffliato gossip (noise once, T = 1): the loss is level x the leverage of e_u in v's observed rows."""
     net = Network.build(nx.random_regular_graph(3, 12, seed=4), metropolis_hastings)
-    F, exact, _, _ = whole_view_loss(net.W, net.adjacency, 3, 1)
+    F, exact, *_ = whole_view_loss(net.W, net.adjacency, 3, 1)
     dense = dense_view_quadratic(net.W.toarray(), net.adjacency.toarray(), 3, 1)[..., 0, 0].T
     np.fill_diagonal(dense, 0.0)
     np.testing.assert_allclose(F, dense, atol=1e-10)

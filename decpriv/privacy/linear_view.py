@@ -31,8 +31,11 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import shortest_path
 
-NEGATIVE_TOLERANCE = 1e-10  # entries of Q above -this count as non-negative (exact worst case)
+from decpriv.privacy.exact_view import integer_gossip, krylov_rows, orthonormal_basis, projector
+
+NEGATIVE_TOLERANCE = 1e-12  # entries of Q above -this count as non-negative (exact worst case)
 
 
 def closed_neighbourhoods(adjacency: sp.sparray) -> np.ndarray:
@@ -47,10 +50,50 @@ def closed_neighbourhoods(adjacency: sp.sparray) -> np.ndarray:
     return index
 
 
-def observation_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray):
-    """Orthonormal bases U (c, n, r) of the row spaces of H_v for the given observers, zero-padded beyond
-    each rank (mask (c, r)), and the smallest kept singular value relative to the largest (the margin of
-    the float rank decision, numpy's matrix_rank tolerance)."""
+FLOAT_MARGIN = 1e-8  # without a rational W, float64 decides only a full rank whose smallest singular value
+# stands this far (relative) above the largest: far above the SVD's backward error (~ n eps)
+
+
+class Bases(NamedTuple):
+    """Observers' row spaces: orthonormal bases ``U`` (c, n, r) zero-padded beyond each rank (``mask``
+    (c, r)), the projectors' diagonals ``leverage`` (c, n), ``certified`` (c,) where the row space is
+    exact, and the float rank decision's ``margin`` (NaN where every row space was decided exactly)."""
+
+    U: torch.Tensor
+    mask: torch.Tensor
+    leverage: torch.Tensor
+    certified: np.ndarray
+    margin: float
+
+
+def exact_bases(A, adjacency: sp.sparray, steps: int, observers: np.ndarray, full: bool) -> Bases:
+    """Row spaces over Q (:mod:`decpriv.privacy.exact_view`) for a rational gossip matrix A / d."""
+    index = closed_neighbourhoods(adjacency)[observers]
+    n = A.nrows()
+    leverage, bases = [], []
+    for neighbourhood in index:  # one exact elimination per observer: FLINT works matrix by matrix
+        H = krylov_rows(A, np.unique(neighbourhood), steps)
+        diagonal, P, _ = projector(H, full)
+        leverage.append(diagonal)
+        bases.append(orthonormal_basis(P) if full else np.zeros((n, 0)))
+    width = max(b.shape[1] for b in bases)
+    U = np.zeros((len(bases), n, width))
+    mask = np.zeros((len(bases), width), dtype=bool)
+    for i, basis in enumerate(bases):
+        U[i, :, : basis.shape[1]], mask[i, : basis.shape[1]] = basis, True
+    certified = np.ones(len(bases), dtype=bool)
+    return Bases(
+        torch.from_numpy(U),
+        torch.from_numpy(mask),
+        torch.from_numpy(np.array(leverage)),
+        certified,
+        float("nan"),
+    )
+
+
+def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray) -> Bases:
+    """Row spaces by float64 SVD (numpy's rank tolerance), certified only where the rank is full with a
+    clear margin (the projector is then the identity, whatever the rounding)."""
     W = sp.csr_array(W, dtype=np.float64)
     index = closed_neighbourhoods(adjacency)[observers]  # (c, b)
     c, b = index.shape
@@ -66,19 +109,34 @@ def observation_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observer
     s, Vh = torch.from_numpy(s), torch.from_numpy(Vh)
     tol = s[:, :1] * max(H.shape[1:]) * torch.finfo(torch.float64).eps
     mask = s > tol
-    margin = float((torch.where(mask, s, torch.inf).min(1).values / s[:, 0]).min())
-    return Vh.transpose(1, 2) * mask[:, None, :], mask, margin
+    smallest = torch.where(mask, s, torch.inf).min(1).values / s[:, 0]
+    U = Vh.transpose(1, 2) * mask[:, None, :]
+    certified = ((mask.sum(1) == n) & (smallest >= FLOAT_MARGIN)).numpy()
+    return Bases(U, mask, (U**2).sum(2), certified, float(smallest.min()))
+
+
+def observation_bases(
+    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, full: bool, integer=None
+) -> Bases:
+    """Exact row spaces when W is rational (``integer`` = :func:`integer_gossip`'s d W), else float64 ones
+    (certified where the rank is clearly full); ``full`` asks for the bases (the filter of T > 1 rounds),
+    not only the projectors' diagonals."""
+    if integer is None:
+        return float_bases(W, adjacency, steps, observers)
+    return exact_bases(integer, adjacency, steps, observers, full)
 
 
 def view_quadratic(
-    W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, observers: np.ndarray
-) -> tuple[torch.Tensor, float]:
+    W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, observers: np.ndarray, integer=None
+) -> tuple[torch.Tensor, Bases]:
     """Q (c, n, T, T): Q[v, u] the quadratic form of u's per-round contributions (unit = 2C, noise
-    sigma C = 1) in observer v's whole view; and the rank margin."""
-    U, mask, margin = observation_bases(W, adjacency, steps, observers)
-    c, n, r = U.shape
+    sigma C = 1) in observer v's whole view; and the observers' row spaces (which say what is certified).
+    ``integer``: W's exact integer form d W (:func:`integer_gossip`), None for the float64 row spaces."""
+    bases = observation_bases(W, adjacency, steps, observers, rounds > 1, integer)
     if rounds == 1:
-        return (U**2).sum(2)[:, :, None, None], margin
+        return bases.leverage[:, :, None, None], bases
+    U, mask = bases.U, bases.mask
+    c, n, r = U.shape
     Wd = torch.from_numpy(sp.csr_array(W, dtype=np.float64).toarray())
     A = torch.linalg.matrix_power(Wd, steps)
     eye = torch.eye(n, dtype=torch.float64)
@@ -103,7 +161,7 @@ def view_quadratic(
         E[:, :, : (t + 1) * n] -= gain @ nu
         P = P - gain @ U.transpose(1, 2) @ P
         P = (P + P.transpose(1, 2)) / 2
-    return Q, margin
+    return Q, bases
 
 
 def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,12 +184,14 @@ def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 class ViewLoss(NamedTuple):
     """Losses in units of the per-round local-DP level: ``loss`` (reported), ``exact`` (False where
-    ``loss`` is a bound), ``lower`` (a loss some contributions reach), the float rank ``margin``."""
+    ``loss`` is a bound), ``lower`` (a loss some contributions reach), the float rank ``margin`` (NaN when
+    every row space was decided over Q) and ``row_space`` (``rational`` or ``float``)."""
 
     loss: np.ndarray
     exact: np.ndarray
     lower: np.ndarray
     margin: float
+    row_space: str
 
 
 def exact_cost(n: int, steps: int, rounds: int, width: int) -> float:
@@ -147,24 +207,32 @@ def whole_view_loss(
     W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, chunk_bytes: float = 2e8
 ) -> ViewLoss:
     """Worst-case Renyi loss of u's T contributions in v's view, [u, v] matrices, in units of the
-    per-round local-DP level (at most T); diagonal zero."""
+    per-round local-DP level (at most T); diagonal zero. An observer whose row space could not be decided
+    exactly (float W, rank not clearly full) gets the reach bound for every source, labelled a bound."""
     n = W.shape[0]
     width = closed_neighbourhoods(adjacency).shape[1]
+    integer = integer_gossip(W)
     # bytes per observer: view rows and SVD factors, then (T > 1) the filter's state errors, Q and P
     per_observer = 8 * 3 * steps * width * n + (
         8 * (n * n * rounds + n * rounds**2 + 3 * n * n) if rounds > 1 else 0
     )
     size = max(1, min(n, int(chunk_bytes // per_observer)))
-    F, lower, exact, margin = np.zeros((n, n)), np.zeros((n, n)), np.ones((n, n), dtype=bool), 1.0
+    F, lower, exact = np.zeros((n, n)), np.zeros((n, n)), np.ones((n, n), dtype=bool)
+    certified, margin = np.ones(n, dtype=bool), float("nan")
     for begin in range(0, n, size):
         observers = np.arange(begin, min(n, begin + size))
-        Q, m = view_quadratic(W, adjacency, steps, rounds, observers)
+        Q, bases = view_quadratic(W, adjacency, steps, rounds, observers, integer)
         value, flag, low = worst_case(Q)
         F[:, observers], exact[:, observers], lower[:, observers] = value.T, flag.T, low.T
-        margin = min(margin, m)
+        certified[observers] = bases.certified
+        margin = float(np.fmin(margin, bases.margin))
+    if not certified.all():
+        distance = shortest_path(adjacency, unweighted=True, directed=False)
+        reach = reach_bound(distance, steps, rounds)
+        F[:, ~certified], lower[:, ~certified], exact[:, ~certified] = reach[:, ~certified], 0.0, False
     for matrix, diagonal in ((F, 0.0), (lower, 0.0), (exact, True)):
         np.fill_diagonal(matrix, diagonal)
-    return ViewLoss(F, exact, lower, margin)
+    return ViewLoss(F, exact, lower, margin, "float" if integer is None else "rational")
 
 
 def reach_bound(distance: np.ndarray, steps: int, rounds: int) -> np.ndarray:

@@ -181,7 +181,7 @@ class NetworkDPAccountant(Accountant):
             return whole_view_loss(network.W, network.adjacency, steps, draws), cost
         exact = np.eye(network.n, dtype=bool)
         reach = reach_bound(distance, steps, draws)
-        return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan")), cost
+        return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan"), "none"), cost
 
     def account(self, setup: Setup) -> Findings:
         network, sigma = setup.network, setup.defense.mechanism().sigma
@@ -233,6 +233,7 @@ class NetworkDPAccountant(Accountant):
             "exact_fraction": exact_fraction,
             "epsilon_mean_max_lower": float((lower.sum(axis=0) / n).max()),
             "rank_margin": view.margin,
+            "row_space": view.row_space,
             "accounting_flops": cost,
             "epsilon_mean_max_theorem1": float((theorem.sum(axis=0) / n).max()),
             "ldp_level": draws * level,

@@ -26,9 +26,7 @@ matrices), reduced to RREF with sympy's DomainMatrix; e_j is in the row space if
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import islice
-from math import lcm
 
 import numpy as np
 import scipy.linalg as la
@@ -36,6 +34,7 @@ import scipy.sparse as sp
 
 from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify, full_rank_steps
 from decpriv.errors import ConfigError, bad
+from decpriv.graphs.rational import rational_form
 
 MARGIN = 1e3  # how far from a threshold a float64 decision must lie to be taken without a certificate
 DENSE_LIMIT = 2000  # above this many nodes the certified full-rank test runs before the dense float64 one
@@ -301,33 +300,17 @@ def gossip_decider(
 
 
 def rational_matrix(W: sp.csr_array, max_denominator: int = 10**6) -> tuple[dict[int, dict[int, int]], int]:
-    """W = A / d with A integer (returned as {row: {col: value}}): each entry read as the nearest fraction
-    with denominator <= max_denominator, refused unless that reproduces the float to 1e-15."""
-    coo = sp.coo_array(W)
-    fractions = [Fraction(float(x)).limit_denominator(max_denominator) for x in coo.data]
-    # A diagonal that completes its row to 1 (metropolis_hastings, max_degree...) has the lcm of the row's
-    # denominators, past max_denominator on graphs of a few hundred nodes: read it as 1 - the row's others.
-    off = {}
-    for i, j, f in zip(coo.row.tolist(), coo.col.tolist(), fractions, strict=True):
-        if i != j:
-            off[i] = off.get(i, 0) + f
-    fractions = [
-        1 - off.get(i, 0) if i == j and abs(float(f) - x) > 1e-15 else f
-        for i, j, f, x in zip(coo.row.tolist(), coo.col.tolist(), fractions, coo.data, strict=True)
-    ]
-    worst = max((abs(float(f) - x) for f, x in zip(fractions, coo.data, strict=True)), default=0.0)
-    if worst > 1e-15:
+    """W = A / d with A integer (returned as {row: {col: value}}), refused with the attack's key when W is not
+    a matrix of small-denominator fractions (:func:`decpriv.graphs.rational.rational_form`)."""
+    form = rational_form(W, max_denominator)
+    if form.rows is None:
         raise bad(
             "attack.exact",
             True,
-            f"the gossip matrix has an entry that is no small-denominator fraction (off by {worst:.1e})",
+            f"the gossip matrix has an entry that is no small-denominator fraction (off by {form.error:.1e})",
             "use attack.exact=false (float mode) or a rational gossip_matrix such as metropolis_hastings",
         )
-    d = lcm(*(f.denominator for f in fractions))  # Python ints: lcm(1..60) overflows int64
-    A: dict[int, dict[int, int]] = {}
-    for i, j, f in zip(coo.row.tolist(), coo.col.tolist(), fractions, strict=True):
-        A.setdefault(i, {})[j] = f.numerator * (d // f.denominator)
-    return A, d
+    return form.rows, form.d
 
 
 def exact_knowledge(W: sp.csr_array, attackers: np.ndarray, steps: int) -> Knowledge:

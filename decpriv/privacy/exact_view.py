@@ -1,0 +1,84 @@
+"""The row space of an observer's view of gossip, decided in exact rational arithmetic.
+
+During a round, observer v sees y = H_v z with H_v's rows e_w^T W^k, w in N[v], k < K: the block Krylov
+sequence of W started from the unit vectors of v's closed neighbourhood (Cyffers et al. 2022, Muffliato,
+Sec. 4; the whole-view loss is in :mod:`decpriv.privacy.linear_view`). Everything the network-DP accountant
+needs from H_v is its row space: the orthogonal projector Pi_v onto it (Muffliato gossip: f(u, v) = level x
+Pi_v[u, u]) or an orthonormal basis U_v of it (the filter of Muffliato-SGD). Long gossip makes the rows
+nearly parallel (e_w^T W^k tends to 1^T / n), so a float64 rank decision drops directions that ARE in the
+row space and under-reports the loss: on the karate club with K = 20 (Metropolis-Hastings weights),
+numpy's rank tolerance loses up to 0.32 of the local level on 2% of the pairs, always downwards.
+
+For W = A / d rational (:mod:`decpriv.graphs.rational`), the row space of H_v is that of the integer rows
+e_w^T A^k, computed with FLINT (python-flint): the Krylov blocks stop as soon as one adds no rank (their
+span is then invariant under A, so no later block adds any either); the rows are reduced to their reduced
+row echelon form R over Q (fraction-free: R = R_int / den) and Pi_v = R^T (R R^T)^{-1} R, exactly. Only the
+final rationals are rounded to float64 (one rounding per entry). U_v is read off the rounded Pi_v by a
+symmetric eigendecomposition: Pi_v's eigenvalues are exactly 0 and 1, a gap of 1, so the float basis is
+accurate to a few ulps (Davis-Kahan).
+"""
+
+import flint
+import numpy as np
+import scipy.sparse as sp
+
+from decpriv.graphs.rational import rational_form
+
+
+def integer_gossip(W: sp.sparray) -> flint.fmpz_mat | None:
+    """A = d W as a FLINT integer matrix (same row spaces for every power), or None when W is not a
+    matrix of small-denominator fractions."""
+    form = rational_form(W)
+    if form.rows is None:
+        return None
+    n = W.shape[0]
+    dense = [[0] * n for _ in range(n)]
+    for i, row in form.rows.items():
+        for j, value in row.items():
+            dense[i][j] = value
+    return flint.fmpz_mat(dense)
+
+
+def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> flint.fmpz_mat:
+    """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank."""
+    n = A.nrows()
+    block = flint.fmpz_mat([[1 if j == w else 0 for j in range(n)] for w in start.tolist()])
+    rows, rank = [], 0
+    for _ in range(steps):
+        grown = flint.fmpz_mat(rows + block.tolist())
+        new_rank = grown.rank()
+        if new_rank == rank:
+            break
+        rows, rank = grown.tolist(), new_rank
+        if rank == n:
+            break
+        block = block * A
+    return flint.fmpz_mat(rows)
+
+
+def projector(H: flint.fmpz_mat, full: bool) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """Pi = R^T (R R^T)^{-1} R onto H's row space, exactly, then rounded: its diagonal (n,), the whole
+    (n, n) matrix when ``full``, and the rank."""
+    n = H.ncols()
+    R_all, _, rank = H.rref()
+    if rank == n:
+        return np.ones(n), (np.eye(n) if full else None), rank
+    R = flint.fmpz_mat(R_all.tolist()[:rank])  # the denominator cancels in R^T (R R^T)^-1 R
+    X = (R * R.transpose()).solve(R, integer=False)  # (R R^T)^-1 R over Q
+    Rt, Xt = R.transpose().tolist(), X.transpose().tolist()
+    diagonal = np.array(
+        [
+            float(sum((a * b for a, b in zip(r, x, strict=True)), flint.fmpq(0)))
+            for r, x in zip(Rt, Xt, strict=True)
+        ]
+    )
+    if not full:
+        return diagonal, None, rank
+    P = flint.fmpq_mat(R).transpose() * X
+    return diagonal, np.array([[float(x) for x in row] for row in P.tolist()]), rank
+
+
+def orthonormal_basis(P: np.ndarray) -> np.ndarray:
+    """(n, r) orthonormal basis of the range of a rounded exact projector (eigenvalues 0 or 1)."""
+    values, vectors = np.linalg.eigh((P + P.T) / 2)
+    return vectors[:, values > 0.5]
