@@ -112,3 +112,9 @@ def sgd_view_quadratic(graph: nx.Graph, steps: int, rounds: int, observer: int, 
     P = projector(G)
     index = [r * n + source for r in range(rounds)]
     return [[P[a][b] for b in index] for a in index]
+
+
+def inverse_diagonal(M: list[list[Fraction]]) -> list[Fraction]:
+    """diag(M^-1) of a square invertible rational matrix, column by column."""
+    n = len(M)
+    return [solve(M, [Fraction(int(i == j)) for i in range(n)])[j] for j in range(n)]

@@ -6,7 +6,8 @@ seen from v is
 
     eps_{u->v}(alpha) <= alpha T ln T / (s^2 n^2) + (alpha T / (s^2 n)) [-ln(I - W + 11^T/n)]_{uv},
 
-the theorem's O() read with constant 1. The matrix logarithm, -ln(I - W + J/n) = sum_{k>=1} (W^k - J/n)/k,
+the theorem's O() read with constant 1: an asymptotic statement, not a certified bound, so privacy.csv labels
+its pairs ``method`` = ``asymptotic`` (an empirical audit, ``attack=audit``, checks it). The matrix logarithm, -ln(I - W + J/n) = sum_{k>=1} (W^k - J/n)/k,
 comes from the eigendecomposition of the symmetric W (log(1 - lambda) on the non-trivial eigenvalues).
 Far pairs can make the second term negative; losses are floored at 0.
 """
@@ -102,10 +103,18 @@ class RandomWalkAccountant(Accountant):
         if n <= MAX_PAIR_ROWS:
             u, v = np.nonzero(~np.eye(n, dtype=bool))
             table = pd.DataFrame(
-                {"source": u, "observer": v, "epsilon_rdp": F[u, v], "distance": distance[u, v].astype(int)}
+                {
+                    "source": u,
+                    "observer": v,
+                    "epsilon_rdp": F[u, v],
+                    "method": "asymptotic",
+                    "distance": distance[u, v].astype(int),
+                }
             )
         else:
-            table = pd.DataFrame({"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss})
+            table = pd.DataFrame(
+                {"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss, "method": "asymptotic"}
+            )
         table = table.assign(
             epsilon=table.epsilon_rdp + convert, alpha=self.alpha, delta=self.delta, threat="pairwise_network"
         )
@@ -114,6 +123,7 @@ class RandomWalkAccountant(Accountant):
             "epsilon": float(F.max() + convert),
             "epsilon_rdp_max": float(F.max()),
             "epsilon_mean_max": float(mean_loss.max()),
+            "accounting": "asymptotic",
             "alpha": self.alpha,
             "delta": self.delta,
             "privacy_accountant": self.name,

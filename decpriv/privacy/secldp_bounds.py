@@ -9,6 +9,7 @@ eps = T c + 2 sqrt(T c log(1/delta)) (the optimal order alpha* = 1 + sqrt(log(1/
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
@@ -19,6 +20,7 @@ from decpriv.errors import bad
 
 THREATS = ("eavesdropper", "curious", "collusion")
 MAX_COALITIONS = 20000
+EXACT_LIMIT = 400  # users: past this, an ill-conditioned covariance is refused rather than inverted over Q
 
 
 def laplacian(adjacency: sp.sparray) -> sp.csc_array:
@@ -34,11 +36,48 @@ def algebraic_connectivity(adjacency: sp.sparray) -> float:
 
 
 def precision_diagonal(adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float) -> np.ndarray:
-    """diag((sigma_cdp^2 I + sigma_cor^2 L)^-1) by one sparse LU factorisation solved against every e_i."""
+    """Upper bounds on diag((sigma_cdp^2 I + sigma_cor^2 L)^-1), within 1e-9 (relative) of the exact values.
+
+    One sparse LU factorisation solved against every e_i, plus an a-posteriori bound on each column's
+    error: Sigma >= sigma_cdp^2 I (L is PSD), so the exact column x_i and the computed one differ by
+    Sigma^-1 r_i, |x_i - x^_i| <= ||r_i|| / sigma_cdp^2, with r_i = e_i - Sigma x^_i evaluated in float64 and
+    widened by its own rounding (2 (m + 2) eps |Sigma| |x^_i|, m the most non-zeros in a row, which also
+    covers the rounding of Sigma itself). Where that bound is looser than 1e-9 or the factorisation fails
+    (sigma_cor^2 lambda_max(L) / sigma_cdp^2 past ~1e12), Sigma is inverted over Q instead."""
     n = adjacency.shape[0]
     cov = sp.csc_array(sigma_cdp**2 * sp.eye_array(n) + sigma_cor**2 * laplacian(adjacency))
-    inverse = splu(cov).solve(np.eye(n))
-    return np.diag(inverse).copy()
+    try:
+        inverse = splu(cov).solve(np.eye(n))
+    except RuntimeError:  # exactly singular in float64: sigma_cdp^2 vanished beside sigma_cor^2 L
+        return exact_precision_diagonal(adjacency, sigma_cdp, sigma_cor)
+    residual = np.eye(n) - cov @ inverse
+    width = int(np.diff(sp.csr_array(cov).indptr).max())
+    rounding = 2 * (width + 2) * np.finfo(np.float64).eps * (abs(cov) @ np.abs(inverse))
+    error = (np.linalg.norm(residual, axis=0) + np.linalg.norm(rounding, axis=0)) / sigma_cdp**2
+    diagonal = np.diag(inverse)
+    if np.any(error > 1e-9 * np.abs(diagonal)):
+        return exact_precision_diagonal(adjacency, sigma_cdp, sigma_cor)
+    return diagonal + error
+
+
+def exact_precision_diagonal(adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float) -> np.ndarray:
+    """diag(Sigma^-1) over Q (FLINT) from the floats' exact values, each rounded up to the next float64."""
+    n = adjacency.shape[0]
+    if n > EXACT_LIMIT:
+        raise bad(
+            "defense.sigma_cdp",
+            sigma_cdp,
+            f"with sigma_cor={sigma_cor:g} the covariance sigma_cdp^2 I + sigma_cor^2 L is too ill-conditioned "
+            f"for float64 and {n} users are too many for exact arithmetic (at most {EXACT_LIMIT})",
+            "raise defense.sigma_cdp or lower the correlated noise",
+        )
+    import flint
+
+    cdp, cor = (flint.fmpq(*Fraction(x).as_integer_ratio()) for x in (sigma_cdp**2, sigma_cor**2))
+    L = laplacian(adjacency).toarray().astype(np.int64).tolist()
+    cov = flint.fmpq_mat([[cdp * int(i == j) + cor * L[i][j] for j in range(n)] for i in range(n)])
+    inverse = cov.inv()
+    return np.nextafter(np.array([float(inverse[i, i]) for i in range(n)]), np.inf)
 
 
 def node_slopes(adjacency: sp.sparray, sigma_cdp: float, sigma_cor: float, clip: float) -> np.ndarray:
