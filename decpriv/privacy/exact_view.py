@@ -39,42 +39,52 @@ def integer_gossip(W: sp.sparray) -> flint.fmpz_mat | None:
     return flint.fmpz_mat(dense)
 
 
+PRIME = 2**61 - 1  # a Mersenne prime: ranks modulo it propose where the Krylov sequence stops
+
+
 def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> flint.fmpz_mat:
-    """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank."""
+    """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank.
+
+    Growth is tested modulo a prime first (cheap); a block that adds no rank modulo p is confirmed over Z
+    before the sequence stops, so the cut is exact (a prime can only make the sequence run longer)."""
     n = A.nrows()
     block = flint.fmpz_mat([[1 if j == w else 0 for j in range(n)] for w in start.tolist()])
-    rows, rank = [], 0
+    rows, modular_rank = [], 0
     for _ in range(steps):
-        grown = flint.fmpz_mat(rows + block.tolist())
-        new_rank = grown.rank()
-        if new_rank == rank:
+        grown = rows + block.tolist()
+        grown_rank = flint.nmod_mat(grown, PRIME).rank()
+        if grown_rank == modular_rank and exact_rank(grown) == exact_rank(rows):
             break
-        rows, rank = grown.tolist(), new_rank
-        if rank == n:
+        rows, modular_rank = grown, grown_rank
+        if modular_rank == n:  # rank mod p <= rank over Q <= n
             break
         block = block * A
     return flint.fmpz_mat(rows)
 
 
+def exact_rank(rows: list[list[int]]) -> int:
+    return flint.fmpz_mat(rows).rank() if rows else 0
+
+
 def projector(H: flint.fmpz_mat, full: bool) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """Pi = R^T (R R^T)^{-1} R onto H's row space, exactly, then rounded: its diagonal (n,), the whole
-    (n, n) matrix when ``full``, and the rank."""
+    """Pi = B^T (B B^T)^{-1} B onto H's row space, exactly (B: a maximal set of independent rows of H, kept
+    as the integers they are), then rounded: its diagonal (n,), the whole (n, n) matrix when ``full``, and
+    the rank."""
     n = H.ncols()
-    R_all, _, rank = H.rref()
+    echelon, _, rank = H.transpose().rref()
     if rank == n:
         return np.ones(n), (np.eye(n) if full else None), rank
-    R = flint.fmpz_mat(R_all.tolist()[:rank])  # the denominator cancels in R^T (R R^T)^-1 R
-    X = (R * R.transpose()).solve(R, integer=False)  # (R R^T)^-1 R over Q
-    Rt, Xt = R.transpose().tolist(), X.transpose().tolist()
+    rows = H.tolist()
+    pivots = [next(j for j, x in enumerate(row) if x != 0) for row in echelon.tolist()[:rank]]
+    B = flint.fmpz_mat([rows[j] for j in pivots])
+    X = (B * B.transpose()).solve(B, integer=False)  # (B B^T)^-1 B over Q
+    pairs = zip(B.transpose().tolist(), X.transpose().tolist(), strict=True)
     diagonal = np.array(
-        [
-            float(sum((a * b for a, b in zip(r, x, strict=True)), flint.fmpq(0)))
-            for r, x in zip(Rt, Xt, strict=True)
-        ]
+        [float(sum((a * b for a, b in zip(r, x, strict=True)), flint.fmpq(0))) for r, x in pairs]
     )
     if not full:
         return diagonal, None, rank
-    P = flint.fmpq_mat(R).transpose() * X
+    P = flint.fmpq_mat(B).transpose() * X
     return diagonal, np.array([[float(x) for x in row] for row in P.tolist()]), rank
 
 
