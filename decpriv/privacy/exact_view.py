@@ -46,24 +46,21 @@ def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> flint.fmpz_
     """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank.
 
     Growth is tested modulo a prime first (cheap); a block that adds no rank modulo p is confirmed over Z
-    before the sequence stops, so the cut is exact (a prime can only make the sequence run longer)."""
+    before the sequence stops, so the cut is exact (an unlucky prime can only make the sequence run longer)."""
     n = A.nrows()
     block = flint.fmpz_mat([[1 if j == w else 0 for j in range(n)] for w in start.tolist()])
     rows, modular_rank = [], 0
     for _ in range(steps):
         grown = rows + block.tolist()
         grown_rank = flint.nmod_mat(grown, PRIME).rank()
-        if grown_rank == modular_rank and exact_rank(grown) == exact_rank(rows):
+        # rank_p(rows) <= rank_Q(rows) <= rank_Q(grown): when the last equals rank_p(rows), all three do
+        if grown_rank == modular_rank and flint.fmpz_mat(grown).rank() == modular_rank:
             break
         rows, modular_rank = grown, grown_rank
         if modular_rank == n:  # rank mod p <= rank over Q <= n
             break
         block = block * A
     return flint.fmpz_mat(rows)
-
-
-def exact_rank(rows: list[list[int]]) -> int:
-    return flint.fmpz_mat(rows).rank() if rows else 0
 
 
 def projector(H: flint.fmpz_mat, full: bool) -> tuple[np.ndarray, np.ndarray | None, int]:
