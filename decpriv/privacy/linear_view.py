@@ -35,7 +35,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from decpriv.privacy.exact_view import integer_gossip, krylov_rows, orthonormal_basis, projector
 
-NEGATIVE_TOLERANCE = 1e-12  # entries of Q above -this count as non-negative (exact worst case)
+EXACT_WIDTH = 1e-9  # a worst case known within this (in units of the level) is reported as exact
 
 
 def closed_neighbourhoods(adjacency: sp.sparray) -> np.ndarray:
@@ -165,21 +165,22 @@ def view_quadratic(
 
 
 def worst_case(Q: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """max {<Q, X> : X PSD, X_rr <= 1} per pair: 1^T Q 1 when Q >= 0 entrywise (exact, equal contributions
-    every round), else min(sum |Q|, T lambda_max(Q)) (a bound). Returns (value, exact flag, lower), lower
-    the best of two feasible contribution patterns (all equal; signs of Q's top eigenvector), so the true
-    worst case lies in [lower, value]."""
+    """max {<Q, X> : X PSD, X_rr <= 1} per pair, as an interval [lower, value]: value = 1^T Q 1 when
+    Q >= 0 entrywise (then attained), else min(sum |Q|, T lambda_max(Q)) (|X_ij| <= 1 for such X); lower the
+    best of two feasible contribution patterns (all equal; signs of Q's top eigenvector). A pair is exact
+    when the interval is narrower than ``EXACT_WIDTH``: rounding-size negative entries of Q (round-off of
+    the filter) then cost nothing. Returns (value, exact flag, lower)."""
     rounds = Q.shape[-1]
-    exact = (Q >= -NEGATIVE_TOLERANCE).all(-1).all(-1)
     total = Q.sum((-2, -1))
-    lower = total
-    if rounds > 1 and not bool(exact.all()):
+    value, lower = total, total
+    if rounds > 1 and not bool((Q >= 0).all()):
         values, vectors = torch.linalg.eigh(Q)
         signs = torch.where(vectors[..., -1] >= 0, 1.0, -1.0).to(Q.dtype)
         lower = torch.maximum(total, torch.einsum("...a,...ab,...b->...", signs, Q, signs))
         bound = torch.minimum(Q.abs().sum((-2, -1)), rounds * values[..., -1])
-        total = torch.where(exact, total, bound)
-    return total.clamp(0.0, rounds).numpy(), exact.numpy(), lower.clamp(0.0, rounds).numpy()
+        value = torch.where((Q >= 0).all(-1).all(-1), total, bound)
+    value, lower = value.clamp(0.0, rounds), lower.clamp(0.0, rounds)
+    return value.numpy(), (value - lower <= EXACT_WIDTH).numpy(), lower.numpy()
 
 
 class ViewLoss(NamedTuple):
