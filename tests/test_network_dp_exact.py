@@ -32,7 +32,7 @@ ILL_CONDITIONED = [  # (name, graph, K): float64 misses part of some observer's 
 def float_shortfall(net: Network, K: int) -> np.ndarray:
     """(v, u): float64 leverage minus the exact one (negative = the float path under-reports)."""
     exact = whole_view_loss(net.W, net.adjacency, K, 1).loss.T
-    floating = float_bases(net.W, net.adjacency, K, np.arange(net.n)).leverage.numpy()
+    floating = (float_bases(net.W, net.adjacency, K, np.arange(net.n)).U ** 2).sum(2).numpy()
     np.fill_diagonal(floating, 0.0)
     return floating - exact
 

@@ -42,8 +42,9 @@ def integer_gossip(W: sp.sparray) -> flint.fmpz_mat | None:
 PRIME = 2**61 - 1  # a Mersenne prime: ranks modulo it propose where the Krylov sequence stops
 
 
-def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> flint.fmpz_mat:
-    """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank.
+def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> tuple[flint.fmpz_mat, int]:
+    """The integer rows e_w^T A^k (w in ``start``, k < ``steps``), cut at the first block that adds no rank,
+    and their rank over Q.
 
     Growth is tested modulo a prime first (cheap); a block that adds no rank modulo p is confirmed over Z
     before the sequence stops, so the cut is exact (an unlucky prime can only make the sequence run longer)."""
@@ -54,13 +55,20 @@ def krylov_rows(A: flint.fmpz_mat, start: np.ndarray, steps: int) -> flint.fmpz_
         grown = rows + block.tolist()
         grown_rank = flint.nmod_mat(grown, PRIME).rank()
         # rank_p(rows) <= rank_Q(rows) <= rank_Q(grown): when the last equals rank_p(rows), all three do
-        if grown_rank == modular_rank and flint.fmpz_mat(grown).rank() == modular_rank:
-            break
+        if grown_rank == modular_rank and exact_rank(flint.fmpz_mat(grown)) == modular_rank:
+            return flint.fmpz_mat(rows), modular_rank
         rows, modular_rank = grown, grown_rank
         if modular_rank == n:  # rank mod p <= rank over Q <= n
-            break
+            return flint.fmpz_mat(rows), n
         block = block * A
-    return flint.fmpz_mat(rows)
+    H = flint.fmpz_mat(rows)
+    return H, exact_rank(H)
+
+
+def exact_rank(H: flint.fmpz_mat) -> int:
+    """Rank over Q, from the echelon form of H^T (FLINT eliminates a tall H^T far faster than a wide H:
+    0.04 s against 36 s for 150 Krylov rows of a 256-node Erdos-Renyi graph)."""
+    return H.transpose().rref()[2]
 
 
 def projector(H: flint.fmpz_mat, full: bool) -> tuple[np.ndarray, np.ndarray | None, int]:

@@ -52,12 +52,15 @@ def closed_neighbourhoods(adjacency: sp.sparray) -> np.ndarray:
 
 FLOAT_MARGIN = 1e-8  # without a rational W, float64 decides only a full rank whose smallest singular value
 # stands this far (relative) above the largest: far above the SVD's backward error (~ n eps)
+LEVERAGE_TOLERANCE = 1e-9  # a float64 projector certified this close to the exact one counts as exact
+RATIONAL_BUDGET = 2e7  # rank^2 x bits x n: past this an observer's projector is not computed over Q (~0.5 s)
 
 
 class Bases(NamedTuple):
     """Observers' row spaces: orthonormal bases ``U`` (c, n, r) zero-padded beyond each rank (``mask``
-    (c, r)), the projectors' diagonals ``leverage`` (c, n), ``certified`` (c,) where the row space is
-    exact, and the float rank decision's ``margin`` (NaN where every row space was decided exactly)."""
+    (c, r)), upper bounds on the projectors' diagonals ``leverage`` (c, n), ``certified`` (c,) where those
+    are exact (within ``LEVERAGE_TOLERANCE``) and ``U`` spans the exact row space, and the smallest kept
+    singular value relative to the largest, ``margin``."""
 
     U: torch.Tensor
     mask: torch.Tensor
@@ -66,34 +69,8 @@ class Bases(NamedTuple):
     margin: float
 
 
-def exact_bases(A, adjacency: sp.sparray, steps: int, observers: np.ndarray, full: bool) -> Bases:
-    """Row spaces over Q (:mod:`decpriv.privacy.exact_view`) for a rational gossip matrix A / d."""
-    index = closed_neighbourhoods(adjacency)[observers]
-    n = A.nrows()
-    leverage, bases = [], []
-    for neighbourhood in index:  # one exact elimination per observer: FLINT works matrix by matrix
-        H = krylov_rows(A, np.unique(neighbourhood), steps)
-        diagonal, P, _ = projector(H, full)
-        leverage.append(diagonal)
-        bases.append(orthonormal_basis(P) if full else np.zeros((n, 0)))
-    width = max(b.shape[1] for b in bases)
-    U = np.zeros((len(bases), n, width))
-    mask = np.zeros((len(bases), width), dtype=bool)
-    for i, basis in enumerate(bases):
-        U[i, :, : basis.shape[1]], mask[i, : basis.shape[1]] = basis, True
-    certified = np.ones(len(bases), dtype=bool)
-    return Bases(
-        torch.from_numpy(U),
-        torch.from_numpy(mask),
-        torch.from_numpy(np.array(leverage)),
-        certified,
-        float("nan"),
-    )
-
-
-def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray) -> Bases:
-    """Row spaces by float64 SVD (numpy's rank tolerance), certified only where the rank is full with a
-    clear margin (the projector is then the identity, whatever the rounding)."""
+def view_rows(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray) -> np.ndarray:
+    """(c, steps * b, n) float64 rows e_w^T W^k, w in N[v] (padded by repeating v), k < steps."""
     W = sp.csr_array(W, dtype=np.float64)
     index = closed_neighbourhoods(adjacency)[observers]  # (c, b)
     c, b = index.shape
@@ -104,26 +81,79 @@ def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.
     for _ in range(steps):
         blocks.append(rows.reshape(c, b, n))
         rows = np.asarray(W.T @ rows.T).T  # e_w^T W^{k+1} = (e_w^T W^k) W
-    H = np.concatenate(blocks, axis=1)  # (c, steps * b, n)
+    return np.concatenate(blocks, axis=1)
+
+
+def perturbation(W: sp.sparray, H: np.ndarray, s: np.ndarray, steps: int) -> np.ndarray:
+    """(c,) bound on ||H_float - H_exact||_2 + the SVD's backward error: each row e_w^T W^k, built by k sparse
+    products, is off by at most k gamma_{m+2} a^k in l1 (m the most non-zeros in a row, a the largest
+    absolute row sum of W, 1 for a stochastic W); LAPACK's SVD is exact for a matrix within
+    max(rows, n) eps s_1 (the backward-stability bound, constant read as 1)."""
+    W = sp.csr_array(W)
+    width = int(np.diff(W.indptr).max())
+    a = float(abs(W).sum(axis=1).max())
+    eps = np.finfo(np.float64).eps
+    rows_error = np.sqrt(H.shape[1]) * steps * 1.01 * (width + 2) * eps * max(1.0, a) ** steps
+    return rows_error + max(H.shape[1:]) * eps * s[:, 0]
+
+
+def certified_bases(
+    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, integer
+) -> Bases:
+    """Each observer's row space from the float64 SVD, certified against its exact rank r over Q (Wedin:
+    the leading r right singular vectors are within eta / (s_r - eta) of the exact row space, eta the
+    :func:`perturbation`), over Q (:func:`~decpriv.privacy.exact_view.projector`) where that is too loose and
+    affordable, else a labelled bound: the float leverage plus Wedin's error, or 1 when s_r <= eta."""
+    H = view_rows(W, adjacency, steps, observers)
     _, s, Vh = np.linalg.svd(H, full_matrices=False)  # LAPACK per matrix: faster than torch's batched SVD
+    eta = perturbation(W, H, s, steps)
+    index = closed_neighbourhoods(adjacency)[observers]
+    c, n = len(observers), W.shape[0]
+    U = np.zeros((c, n, s.shape[1]))
+    mask = np.zeros((c, s.shape[1]), dtype=bool)
+    leverage, certified = np.ones((c, n)), np.zeros(c, dtype=bool)
+    for i, neighbourhood in enumerate(index):  # exact ranks matrix by matrix: FLINT has no batches
+        rows, rank = krylov_rows(integer, np.unique(neighbourhood), steps)
+        kept = Vh[i, :rank].T
+        gap = s[i, rank - 1] - eta[i]
+        error = eta[i] / gap if gap > 0 else np.inf
+        bits = max(abs(int(x)) for x in rows.entries()).bit_length()
+        if error > LEVERAGE_TOLERANCE and rank**2 * bits * n <= RATIONAL_BUDGET:
+            diagonal, P, _ = projector(rows, full=True)
+            kept, error = orthonormal_basis(P), 0.0
+            leverage[i] = diagonal
+        else:
+            leverage[i] = np.minimum(1.0, (kept**2).sum(1) + error)
+        certified[i] = error <= LEVERAGE_TOLERANCE
+        U[i, :, : kept.shape[1]], mask[i, : kept.shape[1]] = kept, True
+    margin = float(np.min(s[:, 0] ** -1 * np.take_along_axis(s, mask.sum(1, keepdims=True) - 1, 1)[:, 0]))
+    return Bases(torch.from_numpy(U), torch.from_numpy(mask), torch.from_numpy(leverage), certified, margin)
+
+
+def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray) -> Bases:
+    """Row spaces by float64 SVD (numpy's rank tolerance) when W is not rational: no exact rank to hold
+    them against, so certified only where the rank is full with a clear margin (projector = I)."""
+    H = view_rows(W, adjacency, steps, observers)
+    n = W.shape[0]
+    _, s, Vh = np.linalg.svd(H, full_matrices=False)
     s, Vh = torch.from_numpy(s), torch.from_numpy(Vh)
     tol = s[:, :1] * max(H.shape[1:]) * torch.finfo(torch.float64).eps
     mask = s > tol
     smallest = torch.where(mask, s, torch.inf).min(1).values / s[:, 0]
     U = Vh.transpose(1, 2) * mask[:, None, :]
-    certified = ((mask.sum(1) == n) & (smallest >= FLOAT_MARGIN)).numpy()
-    return Bases(U, mask, (U**2).sum(2), certified, float(smallest.min()))
+    certified = (mask.sum(1) == n) & (smallest >= FLOAT_MARGIN)
+    leverage = torch.where(certified[:, None], (U**2).sum(2), 1.0)  # no exact rank: 1 is all that is sure
+    return Bases(U, mask, leverage, certified.numpy(), float(smallest.min()))
 
 
 def observation_bases(
-    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, full: bool, integer=None
+    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, integer=None
 ) -> Bases:
-    """Exact row spaces when W is rational (``integer`` = :func:`integer_gossip`'s d W), else float64 ones
-    (certified where the rank is clearly full); ``full`` asks for the bases (the filter of T > 1 rounds),
-    not only the projectors' diagonals."""
+    """Certified row spaces when W is rational (``integer`` = :func:`integer_gossip`'s d W), else float64
+    ones (certified only where the rank is clearly full)."""
     if integer is None:
         return float_bases(W, adjacency, steps, observers)
-    return exact_bases(integer, adjacency, steps, observers, full)
+    return certified_bases(W, adjacency, steps, observers, integer)
 
 
 def view_quadratic(
@@ -132,7 +162,7 @@ def view_quadratic(
     """Q (c, n, T, T): Q[v, u] the quadratic form of u's per-round contributions (unit = 2C, noise
     sigma C = 1) in observer v's whole view; and the observers' row spaces (which say what is certified).
     ``integer``: W's exact integer form d W (:func:`integer_gossip`), None for the float64 row spaces."""
-    bases = observation_bases(W, adjacency, steps, observers, rounds > 1, integer)
+    bases = observation_bases(W, adjacency, steps, observers, integer)
     if rounds == 1:
         return bases.leverage[:, :, None, None], bases
     U, mask = bases.U, bases.mask
@@ -209,7 +239,8 @@ def whole_view_loss(
 ) -> ViewLoss:
     """Worst-case Renyi loss of u's T contributions in v's view, [u, v] matrices, in units of the
     per-round local-DP level (at most T); diagonal zero. An observer whose row space could not be decided
-    exactly (float W, rank not clearly full) gets the reach bound for every source, labelled a bound."""
+    exactly gets bounds, labelled as such: with T = 1 the float leverage plus its Wedin error (capped by the
+    reach bound), with T > 1 the reach bound."""
     n = W.shape[0]
     width = closed_neighbourhoods(adjacency).shape[1]
     integer = integer_gossip(W)
@@ -230,7 +261,8 @@ def whole_view_loss(
     if not certified.all():
         distance = shortest_path(adjacency, unweighted=True, directed=False)
         reach = reach_bound(distance, steps, rounds)
-        F[:, ~certified], lower[:, ~certified], exact[:, ~certified] = reach[:, ~certified], 0.0, False
+        bound = np.minimum(F, reach) if rounds == 1 else reach
+        F[:, ~certified], lower[:, ~certified], exact[:, ~certified] = bound[:, ~certified], 0.0, False
     for matrix, diagonal in ((F, 0.0), (lower, 0.0), (exact, True)):
         np.fill_diagonal(matrix, diagonal)
     return ViewLoss(F, exact, lower, margin, "float" if integer is None else "rational")
