@@ -36,6 +36,7 @@ from scipy.sparse.csgraph import shortest_path  # noqa: E402
 from decpriv.built import Setup  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
+from decpriv.graphs.rational import rational_form  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.linear_view import ViewLoss, exact_cost, reach_bound, whole_view_loss  # noqa: E402
 from decpriv.privacy.rdp import check_delta  # noqa: E402
@@ -176,7 +177,9 @@ class NetworkDPAccountant(Accountant):
     def whole_view(self, network, steps: int, draws: int, distance: np.ndarray) -> tuple[ViewLoss, float]:
         """The losses in units of the per-round level by ``method``, and the exact computation's cost."""
         width = 1 + int(network.adjacency.sum(1).max())
-        cost = exact_cost(network.n, steps, draws, width)
+        form = rational_form(network.W)
+        bits = form.d.bit_length() if form.rows is not None else 0
+        cost = exact_cost(network.n, steps, draws, width, bits)
         if self.method == "exact" or (self.method == "auto" and cost <= self.max_flops):
             return whole_view_loss(network.W, network.adjacency, steps, draws), cost
         exact = np.eye(network.n, dtype=bool)
