@@ -98,12 +98,13 @@ def perturbation(W: sp.sparray, H: np.ndarray, s: np.ndarray, steps: int) -> np.
 
 
 def certified_bases(
-    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, integer
+    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, integer, full: bool
 ) -> Bases:
     """Each observer's row space from the float64 SVD, certified against its exact rank r over Q (Wedin:
     the leading r right singular vectors are within eta / (s_r - eta) of the exact row space, eta the
     :func:`perturbation`), over Q (:func:`~decpriv.privacy.exact_view.projector`) where that is too loose and
-    affordable, else a labelled bound: the float leverage plus Wedin's error, or 1 when s_r <= eta."""
+    affordable, else a labelled bound: the float leverage plus Wedin's error, or 1 when s_r <= eta. ``full``
+    asks for the exact bases of rational projectors too (the filter of T > 1), not only their diagonals."""
     H = view_rows(W, adjacency, steps, observers)
     _, s, Vh = np.linalg.svd(H, full_matrices=False)  # LAPACK per matrix: faster than torch's batched SVD
     eta = perturbation(W, H, s, steps)
@@ -111,23 +112,28 @@ def certified_bases(
     c, n = len(observers), W.shape[0]
     U = np.zeros((c, n, s.shape[1]))
     mask = np.zeros((c, s.shape[1]), dtype=bool)
-    leverage, certified = np.ones((c, n)), np.zeros(c, dtype=bool)
+    leverage, certified, ranks = np.ones((c, n)), np.zeros(c, dtype=bool), np.zeros(c, dtype=np.int64)
     for i, neighbourhood in enumerate(index):  # exact ranks matrix by matrix: FLINT has no batches
         rows, rank = krylov_rows(integer, np.unique(neighbourhood), steps)
+        ranks[i] = rank
         kept = Vh[i, :rank].T
         gap = s[i, rank - 1] - eta[i]
         error = eta[i] / gap if gap > 0 else np.inf
-        bits = max(abs(int(x)) for x in rows.entries()).bit_length()
-        if error > LEVERAGE_TOLERANCE and rank**2 * bits * n <= RATIONAL_BUDGET:
-            diagonal, P, _ = projector(rows, full=True)
-            kept, error = orthonormal_basis(P), 0.0
+        if error > LEVERAGE_TOLERANCE and rank**2 * entry_bits(rows) * n <= RATIONAL_BUDGET:
+            diagonal, P, _ = projector(rows, full)
+            kept, error = (orthonormal_basis(P) if full else np.zeros((n, 0))), 0.0
             leverage[i] = diagonal
         else:
             leverage[i] = np.minimum(1.0, (kept**2).sum(1) + error)
         certified[i] = error <= LEVERAGE_TOLERANCE
         U[i, :, : kept.shape[1]], mask[i, : kept.shape[1]] = kept, True
-    margin = float(np.min(s[:, 0] ** -1 * np.take_along_axis(s, mask.sum(1, keepdims=True) - 1, 1)[:, 0]))
+    margin = float(np.min(s[np.arange(c), ranks - 1] / s[:, 0]))  # the exact rank's last singular value
     return Bases(torch.from_numpy(U), torch.from_numpy(mask), torch.from_numpy(leverage), certified, margin)
+
+
+def entry_bits(rows) -> int:
+    """Bits of the largest entry of a FLINT integer matrix."""
+    return max(abs(int(x)) for x in rows.entries()).bit_length()
 
 
 def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray) -> Bases:
@@ -147,13 +153,14 @@ def float_bases(W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.
 
 
 def observation_bases(
-    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, integer=None
+    W: sp.sparray, adjacency: sp.sparray, steps: int, observers: np.ndarray, full: bool, integer=None
 ) -> Bases:
     """Certified row spaces when W is rational (``integer`` = :func:`integer_gossip`'s d W), else float64
-    ones (certified only where the rank is clearly full)."""
+    ones (certified only where the rank is clearly full); ``full``: bases for the filter, not only the
+    projectors' diagonals."""
     if integer is None:
         return float_bases(W, adjacency, steps, observers)
-    return certified_bases(W, adjacency, steps, observers, integer)
+    return certified_bases(W, adjacency, steps, observers, integer, full)
 
 
 def view_quadratic(
@@ -162,7 +169,7 @@ def view_quadratic(
     """Q (c, n, T, T): Q[v, u] the quadratic form of u's per-round contributions (unit = 2C, noise
     sigma C = 1) in observer v's whole view; and the observers' row spaces (which say what is certified).
     ``integer``: W's exact integer form d W (:func:`integer_gossip`), None for the float64 row spaces."""
-    bases = observation_bases(W, adjacency, steps, observers, integer)
+    bases = observation_bases(W, adjacency, steps, observers, rounds > 1, integer)
     if rounds == 1:
         return bases.leverage[:, :, None, None], bases
     U, mask = bases.U, bases.mask
