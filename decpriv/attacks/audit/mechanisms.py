@@ -1,0 +1,113 @@
+"""The audited mechanism run on trial datasets, with the real defense's noise and the real protocol's mixing.
+
+Every coordinate of the private vectors is one trial: the defenses audited here clip and add iid Gaussian
+noise, and the protocols mix linearly, coordinate by coordinate. So the defense is applied to each
+coordinate as a one-dimensional private value (clipped to [-C, C], the worst-case replacement moving it by
+Delta = 2C), and one run on D coordinates is D independent runs of the one-dimensional mechanism.
+
+A run returns (B, rows, D): B blocks of released values, each block drawn with fresh noise (one block for
+gossip, whose messages of all steps share one noise draw; one block per noisy gradient step otherwise), and
+``senders`` the node each row comes from (-1: the aggregate a central server releases).
+"""
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from decpriv.adversary.recorder import Recorder
+from decpriv.built import Setup
+from decpriv.data.partition import LocalData
+from decpriv.defenses.base import Defense
+from decpriv.defenses.dp import clip_rows
+from decpriv.protocols.base import Simulation
+from decpriv.rng import Seeds
+
+NOISE_KEYS = ("sigma", "sigma_cdp", "sigma_cor")
+
+
+def silenced(defense: Defense) -> Defense:
+    """A copy of ``defense`` with its noise levels set to zero: the noiseless run gives the view's mean."""
+    quiet = copy.copy(defense)
+    for key in NOISE_KEYS:
+        if getattr(quiet, key, None) is not None:
+            setattr(quiet, key, 0.0)
+    return quiet
+
+
+class CoordinateWise(Defense):
+    """The audited defense with each coordinate of a node's value as its own one-dimensional value."""
+
+    def __init__(self, inner: Defense):
+        self.inner = inner
+
+    def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:
+        return self.inner.messages(values[..., None], round_, generator)[..., 0]
+
+
+class Canary:
+    """A model whose every node's gradient is a fixed contribution (the accountant's fixed inputs)."""
+
+    def __init__(self, contributions: torch.Tensor):
+        self.contributions = contributions
+
+    def node_gradients(self, theta, x, y, weight) -> torch.Tensor:
+        return self.contributions
+
+
+class GossipTrials:
+    """Muffliato gossip: the protocol's own run on trial values, every message of ``senders`` recorded."""
+
+    blocks_are_iid = False
+
+    def __init__(self, setup: Setup, senders: np.ndarray):
+        self.setup, self.senders = setup, np.asarray(senders, dtype=np.int64)
+
+    def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
+        s, device = self.setup, self.setup.device
+        n, trials = values.shape
+        local = LocalData(
+            values[:, None, :].to(device),
+            torch.zeros(n, 1, dtype=torch.long, device=device),
+            torch.ones(n, 1, dtype=torch.bool, device=device),
+            torch.ones(n, dtype=torch.long, device=device),
+            tuple(np.arange(n)[:, None]),
+        )
+        defense = CoordinateWise(s.defense if noisy else silenced(s.defense))
+        recorder = Recorder.broadcast(self.senders)
+        sim = Simulation(s.network, s.dataset, local, s.model, defense, s.adversary, recorder, seeds, device)
+        s.protocol.run(sim)
+        recorded = recorder.transcript().values.to(torch.float64)  # (steps, senders, D)
+        return recorded.reshape(1, -1, trials), np.tile(self.senders, recorded.shape[0])
+
+
+class GradientTrials:
+    """User-level Gaussian gradient noise (ldp, cdp, decor): ``steps`` releases of every node's noisy
+    clipped contribution (the cdp defense's own aggregate: its exact average, one row)."""
+
+    blocks_are_iid = True
+
+    def __init__(self, setup: Setup, steps: int):
+        self.setup, self.steps = setup, steps
+
+    def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
+        s = self.setup
+        defense = copy.copy(s.defense) if noisy else silenced(s.defense)
+        defense.bind(SimpleNamespace(network=s.network, seeds=seeds, device=torch.device("cpu")))
+        generator = seeds.torch("defense.noise")
+        released = torch.stack([self.release(defense, values, t, generator) for t in range(self.steps)])
+        central = s.defense.mechanism().central
+        return released, np.full(1, -1) if central else np.arange(len(values))
+
+    @staticmethod
+    def release(
+        defense: Defense, values: torch.Tensor, step: int, generator: torch.Generator
+    ) -> torch.Tensor:
+        mechanism = defense.mechanism()
+        if mechanism.correlated:  # DECOR's gradients(), with the clip taken coordinate by coordinate
+            private = torch.randn(values.shape, generator=generator, dtype=values.dtype)
+            clipped = clip_rows(values[..., None], defense.clip)[..., 0]
+            return clipped + defense.sigma_cdp * private + defense.correlated(*values.shape, values.dtype)
+        noisy = defense.gradients(Canary(values[..., None]), None, None, None, None, step, generator)[..., 0]
+        return defense.aggregate(None, noisy)[:1] if mechanism.central else noisy

@@ -1,0 +1,144 @@
+"""What the audit runs and against which accountant: the trial runner, the observers, the currency.
+
+Per accountant, the adversary's view and the worst-case neighbouring datasets its derivation identifies:
+
+- ``network_dp`` with Muffliato gossip: observer v sees every message of its closed neighbourhood at every
+  gossip step (Cyffers et al., NeurIPS 2022, Def. 3); the source u's value moves by 2C.
+- ``rdp`` / ``secldp`` with ldp: every gradient step releases u's clipped contribution plus noise; the
+  contributions move by 2C in every step (fixed inputs, the accountants' composition). cdp: the released
+  average. decor under the eavesdropper: every node's message of every step (Allouah et al., ICML 2024).
+
+The currency is the accountant's: Renyi epsilon at its order alpha (alpha mu^2 / 2, the exact divergence of
+a Gaussian view) for network_dp; for rdp and secldp the epsilon at the accountant's delta that the
+accountant's own conversion gives a Gaussian mechanism of parameter mu.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.sparse.csgraph import shortest_path
+
+from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials
+from decpriv.built import Setup
+from decpriv.errors import bad
+from decpriv.privacy.network_dp import MAX_PAIR_ROWS
+from decpriv.privacy.rdp import gaussian_epsilon, gradient_steps
+from decpriv.privacy.secldp_bounds import epsilon_from_slope
+
+COVERED = (
+    "defense=muffliato with protocol=gossip under accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
+    "under accountant=rdp|secldp, defense=decor under accountant=secldp accountant.threat=eavesdropper"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Observer:
+    """One adversary: its label in the accountant's table, the senders whose rows it sees (-1: the
+    released aggregate) and the sources it is audited against."""
+
+    label: Any
+    senders: np.ndarray
+    sources: np.ndarray
+
+
+@dataclass(frozen=True)
+class Currency:
+    """The accountant's unit: its table's column, and the value a Gaussian view of parameter mu has in it."""
+
+    accountant: str
+    column: str
+    delta: float
+    alpha: float | None = None
+    pairwise: bool = False  # the accountant's table has one row per (source, observer)
+
+    def of_mu(self, mu: float) -> float:
+        if mu <= 0:
+            return 0.0
+        if self.accountant == "network_dp":
+            return self.alpha * mu**2 / 2.0
+        if self.accountant == "rdp":  # one Gaussian of multiplier 1/mu: dp-accounting's conversion
+            return gaussian_epsilon(1.0 / mu, 1, self.delta)[0]
+        return epsilon_from_slope(mu**2 / 2.0, 1, self.delta)  # secldp: RDP alpha mu^2 / 2, its conversion
+
+    @property
+    def label(self) -> str:
+        if self.accountant == "network_dp":
+            return f"Renyi epsilon at order {self.alpha:g}"
+        return f"epsilon at delta={self.delta:g} ({self.accountant}'s conversion of a Gaussian view)"
+
+
+@dataclass(frozen=True, eq=False)
+class AuditPlan:
+    trials: GossipTrials | GradientTrials
+    observers: list[Observer]
+    currency: Currency
+    clip: float
+    n: int
+    distance: np.ndarray | None  # hop distances (pairwise audits)
+
+
+def refuse(setup: Setup, why: str) -> Exception:
+    accountant = getattr(setup.accountant, "name", "none")
+    return bad(
+        "attack",
+        "audit",
+        f"{why} (defense={setup.defense.name}, protocol={setup.protocol.name}, accountant={accountant}); "
+        f"the audit covers {COVERED}",
+        "drop attack=audit or audit a covered pair",
+    )
+
+
+def plan_audit(setup: Setup, max_observers: int) -> AuditPlan:
+    """The audit of this run's defense against its accountant; refuses (exit 2) what it does not cover."""
+    accountant, mechanism, protocol = setup.accountant, setup.defense.mechanism(), setup.protocol
+    if accountant is None or mechanism is None:
+        raise refuse(setup, "the audit checks an accountant's value and there is none to check")
+    if accountant.name == "network_dp" and mechanism.on == "values" and protocol.noised == "values":
+        return gossip_plan(setup, max_observers)
+    user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
+    if accountant.name in ("rdp", "secldp") and user_gradients and getattr(protocol, "gossip_steps", 1) == 1:
+        if mechanism.correlated and getattr(accountant, "threat", None) != "eavesdropper":
+            raise refuse(setup, "the curious and colluding views of DECOR are not audited yet")
+        return gradient_plan(setup)
+    raise refuse(setup, "this pair is not audited yet")
+
+
+def gossip_plan(setup: Setup, max_observers: int) -> AuditPlan:
+    network, accountant = setup.network, setup.accountant
+    n = network.n
+    if n > MAX_PAIR_ROWS:
+        raise refuse(setup, f"network_dp's table keeps per-pair rows up to {MAX_PAIR_ROWS} nodes only")
+    observers = np.arange(n)
+    if n > max_observers:
+        observers = np.sort(
+            setup.seeds.numpy("attack.audit.observers").choice(n, max_observers, replace=False)
+        )
+    A = network.adjacency
+    neighbourhoods = [np.append(v, A.indices[A.indptr[v] : A.indptr[v + 1]]) for v in observers]
+    audited = [
+        Observer(int(v), hood, np.delete(np.arange(n), v))
+        for v, hood in zip(observers, neighbourhoods, strict=True)
+    ]
+    senders = np.unique(np.concatenate(neighbourhoods))
+    currency = Currency("network_dp", "epsilon_rdp", accountant.delta, accountant.alpha, pairwise=True)
+    distance = shortest_path(network.adjacency, unweighted=True, directed=False)
+    return AuditPlan(GossipTrials(setup, senders), audited, currency, setup.defense.clip, n, distance)
+
+
+def gradient_plan(setup: Setup) -> AuditPlan:
+    accountant, mechanism, n = setup.accountant, setup.defense.mechanism(), setup.network.n
+    everyone = np.arange(n)
+    if mechanism.central:
+        observers = [Observer("average_model", np.full(1, -1), everyone)]
+    elif mechanism.correlated:
+        observers = [Observer("eavesdropper", everyone, everyone)]
+    else:  # every message is private on its own: the source's own releases
+        observers = [Observer("any", np.full(1, u), np.full(1, u)) for u in everyone]
+    currency = Currency(accountant.name, "epsilon", accountant.delta)
+    steps = gradient_steps(setup)
+    if steps > 5000:
+        raise refuse(
+            setup, f"{steps} noisy steps x the trials do not fit the audit's memory; use fewer rounds"
+        )
+    return AuditPlan(GradientTrials(setup, steps), observers, currency, mechanism.clip, n, None)
