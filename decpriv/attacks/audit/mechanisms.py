@@ -82,6 +82,32 @@ class GossipTrials:
         return recorded.reshape(1, -1, trials), np.tile(self.senders, recorded.shape[0])
 
 
+class SGDGossipTrials:
+    """Muffliato-SGD (D-SGD with LDP gradient noise and K gossip steps a round): every round each node
+    takes the step theta - lr (clipped contribution + noise) with the defense's own noise, then the
+    protocol's own K-step mix records every message of ``senders``. The contributions are the same every
+    round (fixed inputs, the accountant's model; equal contributions are its worst case on exact pairs)."""
+
+    blocks_are_iid = False
+
+    def __init__(self, setup: Setup, senders: np.ndarray):
+        self.setup, self.senders = setup, np.asarray(senders, dtype=np.int64)
+
+    def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
+        s, device = self.setup, torch.device("cpu")
+        defense = s.defense if noisy else silenced(s.defense)
+        recorder = Recorder.broadcast(self.senders)
+        sim = Simulation(s.network, s.dataset, None, s.model, Defense(), s.adversary, recorder, seeds, device)
+        W = s.network.gossip_operator(device, torch.float64)
+        generator = seeds.torch("defense.noise")
+        theta = torch.zeros_like(values)
+        for t in range(s.protocol.rounds):
+            g = defense.gradients(Canary(values[..., None]), None, None, None, None, t, generator)[..., 0]
+            theta = s.protocol.mix(W, theta - s.protocol.lr * g, t, sim)
+        recorded = recorder.transcript().values.to(torch.float64)
+        return recorded.reshape(1, -1, values.shape[1]), np.tile(self.senders, recorded.shape[0])
+
+
 class GradientTrials:
     """User-level Gaussian gradient noise (ldp, cdp, decor): ``steps`` releases of every node's noisy
     clipped contribution (the cdp defense's own aggregate: its exact average, one row)."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
-from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials
+from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials, SGDGossipTrials
 from decpriv.built import Setup
 from decpriv.errors import bad
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
@@ -27,7 +27,8 @@ from decpriv.privacy.rdp import gaussian_epsilon, gradient_steps
 from decpriv.privacy.secldp_bounds import epsilon_from_slope
 
 COVERED = (
-    "defense=muffliato with protocol=gossip under accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
+    "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
+    "accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
     "under accountant=rdp|secldp, defense=decor under accountant=secldp accountant.threat=eavesdropper"
 )
 
@@ -70,7 +71,7 @@ class Currency:
 
 @dataclass(frozen=True, eq=False)
 class AuditPlan:
-    trials: GossipTrials | GradientTrials
+    trials: GossipTrials | SGDGossipTrials | GradientTrials
     observers: list[Observer]
     currency: Currency
     clip: float
@@ -95,16 +96,18 @@ def plan_audit(setup: Setup, max_observers: int) -> AuditPlan:
     if accountant is None or mechanism is None:
         raise refuse(setup, "the audit checks an accountant's value and there is none to check")
     if accountant.name == "network_dp" and mechanism.on == "values" and protocol.noised == "values":
-        return gossip_plan(setup, max_observers)
+        return gossip_plan(setup, max_observers, GossipTrials)
+    if accountant.name == "network_dp" and mechanism.local_gaussian and protocol.name == "dsgd":
+        return gossip_plan(setup, max_observers, SGDGossipTrials)
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
-    if accountant.name in ("rdp", "secldp") and user_gradients and getattr(protocol, "gossip_steps", 1) == 1:
+    if accountant.name in ("rdp", "secldp") and user_gradients:
         if mechanism.correlated and getattr(accountant, "threat", None) != "eavesdropper":
             raise refuse(setup, "the curious and colluding views of DECOR are not audited yet")
         return gradient_plan(setup)
     raise refuse(setup, "this pair is not audited yet")
 
 
-def gossip_plan(setup: Setup, max_observers: int) -> AuditPlan:
+def gossip_plan(setup: Setup, max_observers: int, runner: type) -> AuditPlan:
     network, accountant = setup.network, setup.accountant
     n = network.n
     if n > MAX_PAIR_ROWS:
@@ -123,7 +126,7 @@ def gossip_plan(setup: Setup, max_observers: int) -> AuditPlan:
     senders = np.unique(np.concatenate(neighbourhoods))
     currency = Currency("network_dp", "epsilon_rdp", accountant.delta, accountant.alpha, pairwise=True)
     distance = shortest_path(network.adjacency, unweighted=True, directed=False)
-    return AuditPlan(GossipTrials(setup, senders), audited, currency, setup.defense.clip, n, distance)
+    return AuditPlan(runner(setup, senders), audited, currency, setup.defense.clip, n, distance)
 
 
 def gradient_plan(setup: Setup) -> AuditPlan:
