@@ -4,19 +4,23 @@ uncovered pairs refused."""
 import copy
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from omegaconf import OmegaConf
 from scipy.stats import norm
 
 from decpriv import experiment
 from decpriv.api import compose_config
 from decpriv.attacks.audit.bounds import clopper_pearson_upper, dp_lower, gdp_lower
+from decpriv.attacks.audit.mechanisms import PAIR_STREAM, GradientTrials
 from decpriv.attacks.audit.reconcile import AuditFailed
 from decpriv.errors import ConfigError
 from decpriv.privacy.network_dp import NetworkDPAccountant
+from decpriv.rng import Seeds
 
 # Muffliato on the path 0 - 1 - 2, sigma = 2: a pair whose view holds the source's noisy value has
 # mu = 2C / (sigma C) = 1, Renyi loss alpha mu^2 / 2 = 1 at alpha = 2
@@ -106,10 +110,46 @@ def test_weakened_accountant_fails_the_run(tmp_path):
     [
         ("defense=dpsgd", "accountant=rdp"),
         ("protocol=random_walk", "defense=ldp", "defense.sigma=4", "accountant=random_walk"),
-        ("defense=decor", "accountant=secldp", "accountant.threat=curious"),
     ],
 )
 def test_uncovered_pairs_are_refused(overrides):
     cfg = compose_config(["topology.n=6", "protocol.rounds=3", *overrides, "attack=audit"])[0]
     with pytest.raises(ConfigError, match=r"attack='audit': .*not audited yet"):
         experiment.build(cfg)
+
+
+def test_decor_secrets_are_the_pairs_stream_the_defense_draws():
+    setup = experiment.build(compose_config(["defense=decor", "topology.n=6", "protocol.rounds=2"])[0])
+    seeds = Seeds(7)
+    defense = copy.copy(setup.defense)
+    defense.bind(SimpleNamespace(network=setup.network, seeds=seeds, device=torch.device("cpu")))
+    trials = GradientTrials(setup, 1)
+    drawn = defense.sigma_cor * torch.randn(
+        (len(setup.network.edges), 50), generator=seeds.torch(PAIR_STREAM)
+    )
+    expected = defense.correlated(6, 50, torch.float32)
+    assert torch.allclose(trials.incidence.float() @ drawn, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("defense=ldp", "accountant=rdp", "defense.sigma=3"),
+        ("defense=cdp", "accountant=rdp", "topology=complete", "gossip_matrix=uniform", "defense.sigma=3"),
+        ("defense=decor", "accountant=secldp", "accountant.threat=curious", "defense.epsilon=5"),
+    ],
+)
+def test_gradient_noise_audit_is_sound_and_reaches_the_exact_accountant(tmp_path, overrides):
+    cfg = compose_config(
+        [
+            "topology.n=6",
+            "protocol.rounds=4",
+            *overrides,
+            "attack=audit",
+            "attack.trials=20000",
+            "plots=false",
+        ]
+    )[0]
+    experiment.run(cfg, tmp_path)
+    summary = pd.read_csv(tmp_path / "summary.csv").iloc[0]
+    assert 0.7 * summary.audit_epsilon_accountant <= summary.audit_epsilon <= summary.audit_epsilon_accountant

@@ -11,7 +11,6 @@ gossip, whose messages of all steps share one noise draw; one block per noisy gr
 """
 
 import copy
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -25,6 +24,7 @@ from decpriv.protocols.base import Simulation
 from decpriv.rng import Seeds
 
 NOISE_KEYS = ("sigma", "sigma_cdp", "sigma_cor")
+PAIR_STREAM = "defense.decor_pairs"  # the stream DECOR binds for the pairs' shared seeds
 
 
 def silenced(defense: Defense) -> Defense:
@@ -110,30 +110,40 @@ class SGDGossipTrials:
 
 class GradientTrials:
     """User-level Gaussian gradient noise (ldp, cdp, decor): ``steps`` releases of every node's noisy
-    clipped contribution (the cdp defense's own aggregate: its exact average, one row)."""
+    clipped contribution (the cdp defense's own aggregate: its exact average, one row). DECOR's rows are
+    followed by the edges' shared secrets u_e (row n + e), which a curious or colluding node holds for
+    its own edges: drawn from the stream DECOR's pairs share, as :meth:`Decor.correlated` draws them."""
 
     blocks_are_iid = True
 
     def __init__(self, setup: Setup, steps: int):
         self.setup, self.steps = setup, steps
+        edges = setup.network.edges
+        self.incidence = torch.zeros(setup.network.n, len(edges), dtype=torch.float64)
+        self.incidence[edges[:, 0], np.arange(len(edges))] = 1.0  # +u_e at the first node, -u_e at the second
+        self.incidence[edges[:, 1], np.arange(len(edges))] = -1.0
 
     def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
-        s = self.setup
-        defense = copy.copy(s.defense) if noisy else silenced(s.defense)
-        defense.bind(SimpleNamespace(network=s.network, seeds=seeds, device=torch.device("cpu")))
-        generator = seeds.torch("defense.noise")
-        released = torch.stack([self.release(defense, values, t, generator) for t in range(self.steps)])
-        central = s.defense.mechanism().central
-        return released, np.full(1, -1) if central else np.arange(len(values))
+        s, n = self.setup, len(values)
+        defense = s.defense if noisy else silenced(s.defense)
+        generator, pairs = seeds.torch("defense.noise"), seeds.torch(PAIR_STREAM)
+        released = torch.stack(
+            [self.release(defense, values, t, generator, pairs) for t in range(self.steps)]
+        )
+        mechanism = s.defense.mechanism()
+        if mechanism.central:
+            return released, np.full(1, -1)
+        return released, np.arange(n + (self.incidence.shape[1] if mechanism.correlated else 0))
 
-    @staticmethod
-    def release(
-        defense: Defense, values: torch.Tensor, step: int, generator: torch.Generator
-    ) -> torch.Tensor:
+    def release(self, defense: Defense, values: torch.Tensor, step: int, generator, pairs) -> torch.Tensor:
         mechanism = defense.mechanism()
-        if mechanism.correlated:  # DECOR's gradients(), with the clip taken coordinate by coordinate
+        if mechanism.correlated:  # DECOR's gradients(), the clip taken coordinate by coordinate
             private = torch.randn(values.shape, generator=generator, dtype=values.dtype)
+            secrets = defense.sigma_cor * torch.randn(
+                (self.incidence.shape[1], values.shape[1]), generator=pairs, dtype=values.dtype
+            )
             clipped = clip_rows(values[..., None], defense.clip)[..., 0]
-            return clipped + defense.sigma_cdp * private + defense.correlated(*values.shape, values.dtype)
+            messages = clipped + defense.sigma_cdp * private + self.incidence @ secrets
+            return torch.cat([messages, secrets])
         noisy = defense.gradients(Canary(values[..., None]), None, None, None, None, step, generator)[..., 0]
         return defense.aggregate(None, noisy)[:1] if mechanism.central else noisy

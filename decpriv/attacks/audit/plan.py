@@ -29,7 +29,7 @@ from decpriv.privacy.secldp_bounds import epsilon_from_slope
 COVERED = (
     "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
     "accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
-    "under accountant=rdp|secldp, defense=decor under accountant=secldp accountant.threat=eavesdropper"
+    "under accountant=rdp|secldp, defense=decor under accountant=secldp (every threat)"
 )
 
 
@@ -101,8 +101,6 @@ def plan_audit(setup: Setup, max_observers: int) -> AuditPlan:
         return gossip_plan(setup, max_observers, SGDGossipTrials)
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
     if accountant.name in ("rdp", "secldp") and user_gradients:
-        if mechanism.correlated and getattr(accountant, "threat", None) != "eavesdropper":
-            raise refuse(setup, "the curious and colluding views of DECOR are not audited yet")
         return gradient_plan(setup)
     raise refuse(setup, "this pair is not audited yet")
 
@@ -129,13 +127,35 @@ def gossip_plan(setup: Setup, max_observers: int, runner: type) -> AuditPlan:
     return AuditPlan(runner(setup, senders), audited, currency, setup.defense.clip, n, distance)
 
 
+def decor_observers(network, threat: str, collusion: int) -> list[Observer]:
+    """The eavesdropper sees every message; a coalition Q sees the honest nodes' messages and the secrets
+    of its own edges (rows n + e). Curious: every single node; collusion: for each node, the coalition of
+    its ``collusion`` first neighbours (then nearest nodes), a subset of the accountant's coalitions."""
+    n, edges = network.n, network.edges
+    if threat == "eavesdropper":
+        return [Observer("eavesdropper", np.arange(n), np.arange(n))]
+    coalitions = {(j,) for j in range(n)}
+    if threat == "collusion":  # u itself is first at distance 0
+        distance = shortest_path(network.adjacency, unweighted=True, directed=False)
+        coalitions = {
+            tuple(sorted(np.argsort(distance[u], kind="stable")[1 : collusion + 1])) for u in range(n)
+        }
+    observers = []
+    for Q in sorted(coalitions):
+        honest = np.setdiff1d(np.arange(n), Q)
+        held = n + np.flatnonzero(np.isin(edges, Q).any(axis=1))
+        label = f"{threat} {' '.join(map(str, Q))}"
+        observers.append(Observer(label, np.concatenate([honest, held]), honest))
+    return observers
+
+
 def gradient_plan(setup: Setup) -> AuditPlan:
     accountant, mechanism, n = setup.accountant, setup.defense.mechanism(), setup.network.n
     everyone = np.arange(n)
     if mechanism.central:
         observers = [Observer("average_model", np.full(1, -1), everyone)]
     elif mechanism.correlated:
-        observers = [Observer("eavesdropper", everyone, everyone)]
+        observers = decor_observers(setup.network, accountant.threat, getattr(accountant, "collusion", 1))
     else:  # every message is private on its own: the source's own releases
         observers = [Observer("any", np.full(1, u), np.full(1, u)) for u in everyone]
     currency = Currency(accountant.name, "epsilon", accountant.delta)
