@@ -28,6 +28,7 @@ from decpriv.attacks.audit.likelihood import (
 )
 from decpriv.attacks.audit.plan import AuditPlan, plan_audit
 from decpriv.attacks.audit.reconcile import reconcile
+from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_counts
 from decpriv.attacks.base import Attack
 from decpriv.built import Setup
 from decpriv.errors import bad
@@ -77,6 +78,12 @@ class Audit(Attack):
     def run(self, view: View) -> pd.DataFrame:
         plan: AuditPlan = view.plan
         begin = time.perf_counter()
+        if isinstance(plan.trials, SubsampledTrials):
+            alpha = (1.0 - self.confidence) / 2
+            counts = canary_counts(
+                plan.trials, view.seeds, self.fit_trials, self.trials, self.chunk, alpha, plan.currency.delta
+            )
+            return self.bounds(plan, counts, alpha).assign(seconds=time.perf_counter() - begin)
         unit, senders = plan.trials.run(
             plan.clip * torch.eye(plan.n, dtype=torch.float64),
             Seeds(view.seeds.seed("attack.audit.unit")),
@@ -136,7 +143,7 @@ class Audit(Attack):
     def bounds(self, plan: AuditPlan, counts: np.ndarray, alpha: float) -> pd.DataFrame:
         fpr, fnr = rates_upper(*counts[0], alpha)
         fpr_dp, fnr_dp = rates_upper(*counts[1], alpha)
-        mu = gdp_lower(fpr, fnr)
+        mu, dp = gdp_lower(fpr, fnr), dp_lower(fpr_dp, fnr_dp, plan.currency.delta)
         table = pd.DataFrame(
             {
                 "source": np.concatenate([o.sources for o in plan.observers]),
@@ -144,8 +151,8 @@ class Audit(Attack):
                     [np.full(len(o.sources), o.label, dtype=object) for o in plan.observers]
                 ),
                 "mu_lower": mu,
-                "epsilon_lower": [plan.currency.of_mu(m) for m in mu],
-                "epsilon_dp_lower": dp_lower(fpr_dp, fnr_dp, plan.currency.delta),
+                "epsilon_lower": [plan.currency.of_mu(m) for m in mu] if plan.currency.gaussian_view else dp,
+                "epsilon_dp_lower": dp,
                 "fpr_upper": fpr,
                 "fnr_upper": fnr,
             }

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
 from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials, SGDGossipTrials
+from decpriv.attacks.audit.subsampled import SubsampledTrials
 from decpriv.built import Setup
 from decpriv.errors import bad
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
@@ -29,7 +30,8 @@ from decpriv.privacy.secldp_bounds import epsilon_from_slope
 COVERED = (
     "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
     "accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
-    "under accountant=rdp|secldp, defense=decor under accountant=secldp (every threat)"
+    "under accountant=rdp|secldp, defense=decor under accountant=secldp (every threat), defense=dpsgd under "
+    "accountant=rdp"
 )
 
 
@@ -52,6 +54,7 @@ class Currency:
     delta: float
     alpha: float | None = None
     pairwise: bool = False  # the accountant's table has one row per (source, observer)
+    gaussian_view: bool = True  # false: the view is no Gaussian shift, only the (epsilon, delta) bound holds
 
     def of_mu(self, mu: float) -> float:
         if mu <= 0:
@@ -64,14 +67,16 @@ class Currency:
 
     @property
     def label(self) -> str:
+        if not self.gaussian_view:
+            return f"epsilon at delta={self.delta:g} (Clopper-Pearson, no assumption)"
         if self.accountant == "network_dp":
             return f"Renyi epsilon at order {self.alpha:g}"
-        return f"epsilon at delta={self.delta:g} ({self.accountant}'s conversion of a Gaussian view)"
+        return f"epsilon at delta={self.delta:g} by {self.accountant}'s conversion of a Gaussian view"
 
 
 @dataclass(frozen=True, eq=False)
 class AuditPlan:
-    trials: GossipTrials | SGDGossipTrials | GradientTrials
+    trials: GossipTrials | SGDGossipTrials | GradientTrials | SubsampledTrials
     observers: list[Observer]
     currency: Currency
     clip: float
@@ -100,6 +105,8 @@ def plan_audit(setup: Setup, max_observers: int) -> AuditPlan:
     if accountant.name == "network_dp" and mechanism.local_gaussian and protocol.name == "dsgd":
         return gossip_plan(setup, max_observers, SGDGossipTrials)
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
+    if accountant.name == "rdp" and mechanism.level == "example" and protocol.batch_size is not None:
+        return canary_plan(setup)
     if accountant.name in ("rdp", "secldp") and user_gradients:
         return gradient_plan(setup)
     raise refuse(setup, "this pair is not audited yet")
@@ -147,6 +154,18 @@ def decor_observers(network, threat: str, collusion: int) -> list[Observer]:
         label = f"{threat} {' '.join(map(str, Q))}"
         observers.append(Observer(label, np.concatenate([honest, held]), honest))
     return observers
+
+
+def canary_plan(setup: Setup) -> AuditPlan:
+    """DP-SGD: the node with the largest sampling rate b / m (fixed-size batches without replacement
+    include a given example with that probability) audited with a gradient canary."""
+    sizes = setup.local.mask.sum(1).numpy()
+    node = int(np.argmin(sizes))
+    rate = min(1.0, setup.protocol.batch_size / float(sizes[node]))
+    trials = SubsampledTrials(setup, gradient_steps(setup), rate, setup.protocol.batch_size)
+    currency = Currency("rdp", "epsilon", setup.accountant.delta, gaussian_view=False)
+    observers = [Observer("any", np.zeros(0, dtype=np.int64), np.full(1, node))]
+    return AuditPlan(trials, observers, currency, setup.defense.clip, setup.network.n, None)
 
 
 def gradient_plan(setup: Setup) -> AuditPlan:

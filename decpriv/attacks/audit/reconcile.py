@@ -28,7 +28,7 @@ def joined(audit: pd.DataFrame, privacy: pd.DataFrame, currency) -> pd.DataFrame
         epsilon_accountant=privacy[currency.column], epsilon_dp_accountant=privacy.epsilon
     )
     if "method" not in claims:
-        claims = claims.assign(method="exact")  # a Gaussian mechanism's Renyi divergence, composed exactly
+        claims = claims.assign(method="exact" if currency.gaussian_view else "bound")
     claims = claims[[*keys, "epsilon_accountant", "epsilon_dp_accountant", "method"]]
     if currency.pairwise:
         claims = claims.astype({"source": int, "observer": int})
