@@ -66,6 +66,10 @@ class Currency:
         return epsilon_from_slope(mu**2 / 2.0, 1, self.delta)  # secldp: RDP alpha mu^2 / 2, its conversion
 
     @property
+    def axis(self) -> str:
+        return f"Renyi epsilon (order {self.alpha:g})" if self.alpha else f"epsilon at delta={self.delta:g}"
+
+    @property
     def label(self) -> str:
         if not self.gaussian_view:
             return f"epsilon at delta={self.delta:g} (Clopper-Pearson, no assumption)"
