@@ -107,7 +107,8 @@ def build(cfg: DictConfig) -> Setup:
         accountant.check(setup)
     if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
         with blamed("attack"):
-            setup.plan = attack.plan_trials(setup)  # the auditor reruns the defense and protocol itself
+            # the auditor reruns the protocol and defense itself (no data) and checks the accountant
+            setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.adversary.view import View
+from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.audit.bounds import dp_lower, gdp_lower, rates_upper
 from decpriv.attacks.audit.likelihood import (
     LinearTest,
@@ -26,11 +26,11 @@ from decpriv.attacks.audit.likelihood import (
     noise_factor,
     statistics,
 )
-from decpriv.attacks.audit.plan import AuditPlan, plan_audit
+from decpriv.attacks.audit.plan import Audited, AuditPlan, plan_audit
 from decpriv.attacks.audit.reconcile import reconcile
 from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_counts
 from decpriv.attacks.base import Attack
-from decpriv.built import Setup
+from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.report.findings import Findings, keyed
 from decpriv.rng import Seeds
@@ -71,9 +71,10 @@ class Audit(Attack):
         self.trials, self.fit_trials, self.confidence = trials, fit_trials, confidence
         self.chunk, self.max_observers = chunk, max_observers
 
-    def plan_trials(self, setup: Setup) -> AuditPlan:
-        """The audit's plan: it reruns the defense and protocol (never the data), against the accountant."""
-        return plan_audit(setup, self.max_observers)
+    def plan_trials(self, context: AttackContext, protocol, defense: Defense, accountant) -> AuditPlan:
+        """The audit's plan: it reruns the protocol and the (calibrated) defense, never the data, and checks
+        the accountant; refuses (exit 2) a pair it does not cover."""
+        return plan_audit(Audited(context, protocol, defense, accountant), self.max_observers)
 
     def run(self, view: View) -> pd.DataFrame:
         plan: AuditPlan = view.plan
@@ -125,9 +126,8 @@ class Audit(Attack):
         return LinearTest(torch.cat(directions, dim=2), torch.cat(shifts))
 
     def chunk_size(self, rows: int, pairs: int) -> int:
-        fits = (
-            int(MEMORY // (8 * max(3 * rows, 3 * pairs))) // 2 * 2
-        )  # values, mean, noise; statistics, signs
+        # per trial: the released values, their mean and the noise (rows each); statistics and signs (pairs)
+        fits = int(MEMORY // (8 * 3 * max(rows, pairs))) // 2 * 2
         return max(1000, min(self.chunk, fits))
 
     def draw(self, plan: AuditPlan, response: torch.Tensor, view: View, name: str, trials: int):

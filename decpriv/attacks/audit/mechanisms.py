@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from decpriv.adversary.recorder import Recorder
-from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.defenses.dp import clip_rows
@@ -61,11 +60,11 @@ class GossipTrials:
 
     blocks_are_iid = False
 
-    def __init__(self, setup: Setup, senders: np.ndarray):
-        self.setup, self.senders = setup, np.asarray(senders, dtype=np.int64)
+    def __init__(self, audited, senders: np.ndarray):
+        self.audited, self.senders = audited, np.asarray(senders, dtype=np.int64)
 
     def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
-        s, device = self.setup, self.setup.device
+        a, device = self.audited, torch.device("cpu")
         n, trials = values.shape
         local = LocalData(
             values[:, None, :].to(device),
@@ -74,10 +73,12 @@ class GossipTrials:
             torch.ones(n, dtype=torch.long, device=device),
             tuple(np.arange(n)[:, None]),
         )
-        defense = CoordinateWise(s.defense if noisy else silenced(s.defense))
+        defense = CoordinateWise(a.defense if noisy else silenced(a.defense))
         recorder = Recorder.broadcast(self.senders)
-        sim = Simulation(s.network, s.dataset, local, s.model, defense, s.adversary, recorder, seeds, device)
-        s.protocol.run(sim)
+        sim = Simulation(
+            a.network, None, local, a.context.model, defense, a.context.adversary, recorder, seeds, device
+        )
+        a.protocol.run(sim)
         recorded = recorder.transcript().values.to(torch.float64)  # (steps, senders, D)
         return recorded.reshape(1, -1, trials), np.tile(self.senders, recorded.shape[0])
 
@@ -90,20 +91,22 @@ class SGDGossipTrials:
 
     blocks_are_iid = False
 
-    def __init__(self, setup: Setup, senders: np.ndarray):
-        self.setup, self.senders = setup, np.asarray(senders, dtype=np.int64)
+    def __init__(self, audited, senders: np.ndarray):
+        self.audited, self.senders = audited, np.asarray(senders, dtype=np.int64)
 
     def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
-        s, device = self.setup, torch.device("cpu")
-        defense = s.defense if noisy else silenced(s.defense)
+        a, device = self.audited, torch.device("cpu")
+        defense = a.defense if noisy else silenced(a.defense)
         recorder = Recorder.broadcast(self.senders)
-        sim = Simulation(s.network, s.dataset, None, s.model, Defense(), s.adversary, recorder, seeds, device)
-        W = s.network.gossip_operator(device, torch.float64)
+        sim = Simulation(
+            a.network, None, None, a.context.model, Defense(), a.context.adversary, recorder, seeds, device
+        )
+        W = a.network.gossip_operator(device, torch.float64)
         generator = seeds.torch("defense.noise")
         theta = torch.zeros_like(values)
-        for t in range(s.protocol.rounds):
+        for t in range(a.protocol.rounds):
             g = defense.gradients(Canary(values[..., None]), None, None, None, None, t, generator)[..., 0]
-            theta = s.protocol.mix(W, theta - s.protocol.lr * g, t, sim)
+            theta = a.protocol.mix(W, theta - a.protocol.lr * g, t, sim)
         recorded = recorder.transcript().values.to(torch.float64)
         return recorded.reshape(1, -1, values.shape[1]), np.tile(self.senders, recorded.shape[0])
 
@@ -116,21 +119,21 @@ class GradientTrials:
 
     blocks_are_iid = True
 
-    def __init__(self, setup: Setup, steps: int):
-        self.setup, self.steps = setup, steps
-        edges = setup.network.edges
-        self.incidence = torch.zeros(setup.network.n, len(edges), dtype=torch.float64)
+    def __init__(self, audited, steps: int):
+        self.defense, self.steps = audited.defense, steps
+        edges = audited.network.edges
+        self.incidence = torch.zeros(audited.network.n, len(edges), dtype=torch.float64)
         self.incidence[edges[:, 0], np.arange(len(edges))] = 1.0  # +u_e at the first node, -u_e at the second
         self.incidence[edges[:, 1], np.arange(len(edges))] = -1.0
 
     def run(self, values: torch.Tensor, seeds: Seeds, noisy: bool) -> tuple[torch.Tensor, np.ndarray]:
-        s, n = self.setup, len(values)
-        defense = s.defense if noisy else silenced(s.defense)
+        n = len(values)
+        defense = self.defense if noisy else silenced(self.defense)
         generator, pairs = seeds.torch("defense.noise"), seeds.torch(PAIR_STREAM)
         released = torch.stack(
             [self.release(defense, values, t, generator, pairs) for t in range(self.steps)]
         )
-        mechanism = s.defense.mechanism()
+        mechanism = self.defense.mechanism()
         if mechanism.central:
             return released, np.full(1, -1)
         return released, np.arange(n + (self.incidence.shape[1] if mechanism.correlated else 0))

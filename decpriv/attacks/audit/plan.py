@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
+from decpriv.adversary.view import AttackContext
 from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials, SGDGossipTrials
 from decpriv.attacks.audit.subsampled import SubsampledTrials
-from decpriv.built import Setup
+from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
-from decpriv.privacy.rdp import gaussian_epsilon, gradient_steps
+from decpriv.privacy.rdp import gaussian_epsilon
 from decpriv.privacy.secldp_bounds import epsilon_from_slope
 
 COVERED = (
@@ -79,6 +80,26 @@ class Currency:
 
 
 @dataclass(frozen=True, eq=False)
+class Audited:
+    """What the auditor uses: the run's public context and the mechanism it reruns (the protocol, the
+    defense after calibration, the accountant's settings), never the nodes' data."""
+
+    context: AttackContext
+    protocol: Any
+    defense: Defense
+    accountant: Any
+
+    @property
+    def network(self):
+        return self.context.network
+
+    @property
+    def steps(self) -> int:
+        """Noisy gradient steps of a node over the run (rounds x local steps)."""
+        return self.protocol.rounds * getattr(self.protocol, "local_steps", 1)
+
+
+@dataclass(frozen=True, eq=False)
 class AuditPlan:
     trials: GossipTrials | SGDGossipTrials | GradientTrials | SubsampledTrials
     observers: list[Observer]
@@ -88,54 +109,56 @@ class AuditPlan:
     distance: np.ndarray | None  # hop distances (pairwise audits)
 
 
-def refuse(setup: Setup, why: str) -> Exception:
-    accountant = getattr(setup.accountant, "name", "none")
+def refuse(audited: Audited, why: str) -> Exception:
+    accountant = getattr(audited.accountant, "name", "none")
     return bad(
         "attack",
         "audit",
-        f"{why} (defense={setup.defense.name}, protocol={setup.protocol.name}, accountant={accountant}); "
+        f"{why} (defense={audited.defense.name}, protocol={audited.protocol.name}, accountant={accountant}); "
         f"the audit covers {COVERED}",
         "drop attack=audit or audit a covered pair",
     )
 
 
-def plan_audit(setup: Setup, max_observers: int) -> AuditPlan:
+def plan_audit(audited: Audited, max_observers: int) -> AuditPlan:
     """The audit of this run's defense against its accountant; refuses (exit 2) what it does not cover."""
-    accountant, mechanism, protocol = setup.accountant, setup.defense.mechanism(), setup.protocol
+    accountant, mechanism, protocol = audited.accountant, audited.defense.mechanism(), audited.protocol
     if accountant is None or mechanism is None:
-        raise refuse(setup, "the audit checks an accountant's value and there is none to check")
+        raise refuse(audited, "the audit checks an accountant's value and there is none to check")
     if accountant.name == "network_dp" and mechanism.on == "values" and protocol.noised == "values":
-        return gossip_plan(setup, max_observers, GossipTrials)
+        return gossip_plan(audited, max_observers, GossipTrials)
     if accountant.name == "network_dp" and mechanism.local_gaussian and protocol.name == "dsgd":
-        return gossip_plan(setup, max_observers, SGDGossipTrials)
+        return gossip_plan(audited, max_observers, SGDGossipTrials)
+    if hasattr(protocol, "steps_per_round"):
+        raise refuse(audited, "FedAvg's local epochs are not audited yet")
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
     if accountant.name == "rdp" and mechanism.level == "example" and protocol.batch_size is not None:
-        return canary_plan(setup)
+        return canary_plan(audited)
     if accountant.name in ("rdp", "secldp") and user_gradients:
-        return gradient_plan(setup)
-    raise refuse(setup, "this pair is not audited yet")
+        return gradient_plan(audited)
+    raise refuse(audited, "this pair is not audited yet")
 
 
-def gossip_plan(setup: Setup, max_observers: int, runner: type) -> AuditPlan:
-    network, accountant = setup.network, setup.accountant
+def gossip_plan(audited: Audited, max_observers: int, runner: type) -> AuditPlan:
+    network, accountant = audited.network, audited.accountant
     n = network.n
     if n > MAX_PAIR_ROWS:
-        raise refuse(setup, f"network_dp's table keeps per-pair rows up to {MAX_PAIR_ROWS} nodes only")
+        raise refuse(audited, f"network_dp's table keeps per-pair rows up to {MAX_PAIR_ROWS} nodes only")
     observers = np.arange(n)
     if n > max_observers:
         observers = np.sort(
-            setup.seeds.numpy("attack.audit.observers").choice(n, max_observers, replace=False)
+            audited.context.seeds.numpy("attack.audit.observers").choice(n, max_observers, replace=False)
         )
     A = network.adjacency
     neighbourhoods = [np.append(v, A.indices[A.indptr[v] : A.indptr[v + 1]]) for v in observers]
-    audited = [
+    pairs = [
         Observer(int(v), hood, np.delete(np.arange(n), v))
         for v, hood in zip(observers, neighbourhoods, strict=True)
     ]
     senders = np.unique(np.concatenate(neighbourhoods))
     currency = Currency("network_dp", "epsilon_rdp", accountant.delta, accountant.alpha, pairwise=True)
     distance = shortest_path(network.adjacency, unweighted=True, directed=False)
-    return AuditPlan(runner(setup, senders), audited, currency, setup.defense.clip, n, distance)
+    return AuditPlan(runner(audited, senders), pairs, currency, audited.defense.clip, n, distance)
 
 
 def decor_observers(network, threat: str, collusion: int) -> list[Observer]:
@@ -160,31 +183,31 @@ def decor_observers(network, threat: str, collusion: int) -> list[Observer]:
     return observers
 
 
-def canary_plan(setup: Setup) -> AuditPlan:
+def canary_plan(audited: Audited) -> AuditPlan:
     """DP-SGD: the node with the largest sampling rate b / m (fixed-size batches without replacement
     include a given example with that probability) audited with a gradient canary."""
-    sizes = setup.local.mask.sum(1).numpy()
+    sizes = audited.context.data.local_sizes
     node = int(np.argmin(sizes))
-    rate = min(1.0, setup.protocol.batch_size / float(sizes[node]))
-    trials = SubsampledTrials(setup, gradient_steps(setup), rate, setup.protocol.batch_size)
-    currency = Currency("rdp", "epsilon", setup.accountant.delta, gaussian_view=False)
+    rate = min(1.0, audited.protocol.batch_size / float(sizes[node]))
+    trials = SubsampledTrials(audited.defense, audited.steps, rate, audited.protocol.batch_size)
+    currency = Currency("rdp", "epsilon", audited.accountant.delta, gaussian_view=False)
     observers = [Observer("any", np.zeros(0, dtype=np.int64), np.full(1, node))]
-    return AuditPlan(trials, observers, currency, setup.defense.clip, setup.network.n, None)
+    return AuditPlan(trials, observers, currency, audited.defense.clip, audited.network.n, None)
 
 
-def gradient_plan(setup: Setup) -> AuditPlan:
-    accountant, mechanism, n = setup.accountant, setup.defense.mechanism(), setup.network.n
+def gradient_plan(audited: Audited) -> AuditPlan:
+    accountant, mechanism, n = audited.accountant, audited.defense.mechanism(), audited.network.n
     everyone = np.arange(n)
     if mechanism.central:
         observers = [Observer("average_model", np.full(1, -1), everyone)]
     elif mechanism.correlated:
-        observers = decor_observers(setup.network, accountant.threat, getattr(accountant, "collusion", 1))
+        observers = decor_observers(audited.network, accountant.threat, getattr(accountant, "collusion", 1))
     else:  # every message is private on its own: the source's own releases
         observers = [Observer("any", np.full(1, u), np.full(1, u)) for u in everyone]
     currency = Currency(accountant.name, "epsilon", accountant.delta)
-    steps = gradient_steps(setup)
+    steps = audited.steps
     if steps > 5000:
         raise refuse(
-            setup, f"{steps} noisy steps x the trials do not fit the audit's memory; use fewer rounds"
+            audited, f"{steps} noisy steps x the trials do not fit the audit's memory; use fewer rounds"
         )
-    return AuditPlan(GradientTrials(setup, steps), observers, currency, mechanism.clip, n, None)
+    return AuditPlan(GradientTrials(audited, steps), observers, currency, mechanism.clip, n, None)

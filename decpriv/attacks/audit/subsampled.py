@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from decpriv.attacks.audit.likelihood import choose_thresholds, error_counts
-from decpriv.built import Setup
+from decpriv.defenses.base import Defense
 from decpriv.rng import Seeds
 
 
@@ -34,8 +34,8 @@ class CanaryExamples:
 class SubsampledTrials:
     """``steps`` DP-SGD updates of one node with sampling rate ``rate`` and batches of ``batch`` examples."""
 
-    def __init__(self, setup: Setup, steps: int, rate: float, batch: int):
-        self.defense, self.steps, self.rate, self.batch = setup.defense, steps, rate, batch
+    def __init__(self, defense: Defense, steps: int, rate: float, batch: int):
+        self.defense, self.steps, self.rate, self.batch = defense, steps, rate, batch
 
     def statistics(self, present: torch.Tensor, seeds: Seeds) -> torch.Tensor:
         """(D,) log-likelihood ratio of every trial; ``present`` (D,) bool marks the trials with the canary."""
