@@ -106,7 +106,7 @@ def test_weakened_accountant_fails_the_run(tmp_path):
 
 
 def test_uncovered_pairs_are_refused():
-    overrides = ["protocol=random_walk", "defense=ldp", "defense.sigma=4", "accountant=random_walk"]
+    overrides = ["protocol=fedavg", "defense=ldp", "accountant=rdp"]
     cfg = compose_config(["topology.n=6", "protocol.rounds=3", *overrides, "attack=audit"])[0]
     with pytest.raises(ConfigError, match=r"attack='audit': .*not audited yet"):
         experiment.build(cfg)
@@ -147,3 +147,22 @@ def test_gradient_noise_audit_is_sound_and_reaches_the_exact_accountant(tmp_path
     experiment.run(cfg, tmp_path)
     summary = pd.read_csv(tmp_path / "summary.csv").iloc[0]
     assert 0.7 * summary.audit_epsilon_accountant <= summary.audit_epsilon <= summary.audit_epsilon_accountant
+
+
+def test_random_walk_audit_covers_every_pair_below_the_bound(tmp_path):
+    overrides = ["protocol=random_walk", "defense=ldp", "defense.sigma=4", "accountant=random_walk"]
+    cfg = compose_config(
+        [
+            "topology.n=6",
+            "protocol.rounds=30",
+            *overrides,
+            "attack=audit",
+            "attack.trials=6000",
+            "plots=false",
+        ]
+    )[0]
+    experiment.run(cfg, tmp_path)
+    table = pd.read_csv(tmp_path / "audit.csv")
+    assert len(table) == 30 and (table.epsilon_lower <= table.epsilon_accountant).all()
+    # the model a neighbour last held carries the source's steps: some neighbour pair is detected
+    assert table[table.distance == 1].epsilon_dp_lower.max() > 0

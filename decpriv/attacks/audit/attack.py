@@ -23,12 +23,14 @@ from decpriv.attacks.audit.likelihood import (
     choose_thresholds,
     error_counts,
     fit_test,
+    heldout_counts,
     noise_factor,
     statistics,
 )
 from decpriv.attacks.audit.plan import Audited, AuditPlan, plan_audit
 from decpriv.attacks.audit.reconcile import reconcile
-from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_counts
+from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_draw
+from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad
@@ -79,10 +81,20 @@ class Audit(Attack):
     def run(self, view: View) -> pd.DataFrame:
         plan: AuditPlan = view.plan
         begin = time.perf_counter()
-        if isinstance(plan.trials, SubsampledTrials):
-            alpha = (1.0 - self.confidence) / 2
-            counts = canary_counts(
-                plan.trials, view.seeds, self.fit_trials, self.trials, self.chunk, alpha, plan.currency.delta
+        if isinstance(plan.trials, SubsampledTrials | WalkTrials):
+            draw = (canary_draw if isinstance(plan.trials, SubsampledTrials) else walk_draw)(
+                plan.trials, view.seeds
+            )
+            pairs = sum(len(o.sources) for o in plan.observers)
+            alpha = (1.0 - self.confidence) / (2 * pairs)
+            counts = heldout_counts(
+                draw,
+                self.fit_trials,
+                self.trials,
+                self.chunk_size(0, pairs),
+                alpha,
+                plan.currency.delta,
+                pairs,
             )
             return self.bounds(plan, counts, alpha).assign(seconds=time.perf_counter() - begin)
         unit, senders = plan.trials.run(

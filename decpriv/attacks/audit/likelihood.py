@@ -86,3 +86,16 @@ def error_counts(t: np.ndarray, negative: np.ndarray, tau: np.ndarray) -> np.nda
     negatives = np.count_nonzero(negative, axis=1)
     positives = t.shape[1] - negatives
     return np.stack([fp, negatives, positives - (np.count_nonzero(above, axis=1) - fp), positives])
+
+
+def heldout_counts(draw, fit: int, total: int, chunk: int, alpha: float, delta: float, pairs: int):
+    """Thresholds chosen on ``fit`` held-out trials, then (2, 4, pairs) error counts (GDP row, DP row) over
+    ``total`` more; ``draw(name, size)`` runs a chunk and returns its (pairs, size) statistics and signs."""
+    tau = choose_thresholds(*draw("fit", fit), alpha, delta)
+    counts = np.zeros((2, 4, pairs), dtype=np.int64)
+    for index, start in enumerate(range(0, total, chunk)):
+        t, signs = draw(f"eval.{index}", min(chunk, total - start))
+        negative = signs.numpy() < 0
+        counts[0] += error_counts(t.numpy(), negative, tau.gdp)
+        counts[1] += error_counts(t.numpy(), negative, tau.dp)
+    return counts

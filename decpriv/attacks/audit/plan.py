@@ -22,6 +22,7 @@ from scipy.sparse.csgraph import shortest_path
 from decpriv.adversary.view import AttackContext
 from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials, SGDGossipTrials
 from decpriv.attacks.audit.subsampled import SubsampledTrials
+from decpriv.attacks.audit.walk import WalkTrials
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
@@ -32,7 +33,7 @@ COVERED = (
     "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
     "accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
     "under accountant=rdp|secldp, defense=decor under accountant=secldp (every threat), defense=dpsgd under "
-    "accountant=rdp"
+    "accountant=rdp, defense=ldp with protocol=random_walk under accountant=random_walk"
 )
 
 
@@ -101,7 +102,7 @@ class Audited:
 
 @dataclass(frozen=True, eq=False)
 class AuditPlan:
-    trials: GossipTrials | SGDGossipTrials | GradientTrials | SubsampledTrials
+    trials: GossipTrials | SGDGossipTrials | GradientTrials | SubsampledTrials | WalkTrials
     observers: list[Observer]
     currency: Currency
     clip: float
@@ -129,6 +130,8 @@ def plan_audit(audited: Audited, max_observers: int) -> AuditPlan:
         return gossip_plan(audited, max_observers, GossipTrials)
     if accountant.name == "network_dp" and mechanism.local_gaussian and protocol.name == "dsgd":
         return gossip_plan(audited, max_observers, SGDGossipTrials)
+    if accountant.name == "random_walk" and mechanism.local_gaussian and protocol.walks:
+        return walk_plan(audited)
     if hasattr(protocol, "steps_per_round"):
         raise refuse(audited, "FedAvg's local epochs are not audited yet")
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
@@ -181,6 +184,21 @@ def decor_observers(network, threat: str, collusion: int) -> list[Observer]:
         label = f"{threat} {' '.join(map(str, Q))}"
         observers.append(Observer(label, np.concatenate([honest, held]), honest))
     return observers
+
+
+def walk_plan(audited: Audited) -> AuditPlan:
+    """Every pair (u, v), u != v, of the random walk, against the accountant's (epsilon, delta)."""
+    n = audited.network.n
+    u, v = np.nonzero(~np.eye(n, dtype=bool))
+    currency = Currency(
+        "random_walk", "epsilon", audited.accountant.delta, pairwise=True, gaussian_view=False
+    )
+    observers = [Observer(int(o), np.zeros(0, dtype=np.int64), u[v == o]) for o in range(n)]
+    distance = shortest_path(audited.network.adjacency, unweighted=True, directed=False)
+    trials = WalkTrials(
+        audited, (np.concatenate([o.sources for o in observers]), np.repeat(np.arange(n), n - 1))
+    )
+    return AuditPlan(trials, observers, currency, audited.defense.clip, n, distance)
 
 
 def canary_plan(audited: Audited) -> AuditPlan:

@@ -16,7 +16,6 @@ import math
 import numpy as np
 import torch
 
-from decpriv.attacks.audit.likelihood import choose_thresholds, error_counts
 from decpriv.defenses.base import Defense
 from decpriv.rng import Seeds
 
@@ -56,10 +55,8 @@ class SubsampledTrials:
         return llr
 
 
-def canary_counts(
-    trials: SubsampledTrials, seeds, fit: int, total: int, chunk: int, alpha: float, delta: float
-):
-    """Thresholds on ``fit`` held-out trials, then (2, 4) error counts over ``total`` trials (GDP row, DP row)."""
+def canary_draw(trials: SubsampledTrials, seeds):
+    """``draw(name, size)`` of :func:`heldout_counts`: balanced canary presence, the run's statistics."""
 
     def draw(name: str, size: int):
         rng = seeds.numpy(f"attack.audit.signs.{name}")
@@ -67,11 +64,4 @@ def canary_counts(
         t = trials.statistics(signs > 0, Seeds(seeds.seed(f"attack.audit.noise.{name}")))
         return t[None], signs[None]
 
-    tau = choose_thresholds(*draw("fit", fit), alpha, delta)
-    counts = np.zeros((2, 4, 1), dtype=np.int64)
-    for index, start in enumerate(range(0, total, chunk)):
-        t, signs = draw(f"eval.{index}", min(chunk, total - start))
-        negative = signs.numpy() < 0
-        counts[0] += error_counts(t.numpy(), negative, tau.gdp)
-        counts[1] += error_counts(t.numpy(), negative, tau.dp)
-    return counts
+    return draw
