@@ -59,3 +59,10 @@ def test_dpsgd_canary_stays_below_the_rdp_accountant(tmp_path):
     summary, table = audited(tmp_path, "experiment=dpsgd_digits_audit")
     assert 0.3 * summary.audit_epsilon_accountant <= summary.audit_epsilon <= summary.audit_epsilon_accountant
     assert table.method.iloc[0] == "bound"
+
+
+def test_random_walk_audit_stays_below_its_bound_and_falls_with_distance(tmp_path):
+    summary, table = audited(tmp_path, "experiment=random_walk_privacy_audit")
+    assert (table.epsilon_lower <= table.epsilon_accountant).all()
+    means = table.groupby("distance").mu_lower.mean()
+    assert means.is_monotonic_decreasing and means.iloc[0] > 0
