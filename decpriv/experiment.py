@@ -105,6 +105,10 @@ def build(cfg: DictConfig) -> Setup:
             setup.plan = _prepare_attack(setup)
     if accountant is not None:
         accountant.check(setup)
+    if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
+        with blamed("attack"):
+            # the auditor reruns the protocol and defense itself (no data) and checks the accountant
+            setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
 
 
@@ -390,6 +394,9 @@ def _pipeline(
         if setup.accountant is not None:
             with folder.phase("account"):
                 report.merge(setup.accountant.account(setup))
+        if getattr(setup.attack, "audits", False):
+            with folder.phase("reconcile"):  # the audit's lower bounds beside the accountant's values
+                setup.attack.reconcile(report, setup.plan)
         with folder.phase("write"):
             # pictures first: a drawing that fails leaves no table behind that looks complete
             for relative, drawing in report.figures.items() if cfg.plots else ():

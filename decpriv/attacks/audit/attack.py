@@ -1,0 +1,192 @@
+"""``attack=audit``: the empirical privacy audit of the run's defense against its accountant.
+
+The auditor runs the mechanism itself (:mod:`decpriv.attacks.audit.mechanisms`) on ``trials`` pairs of
+neighbouring datasets, half under each (Steinke, Nasr, Jagielski, NeurIPS 2023: every node is a canary
+with its own random bit in every trial; the test of source u knows the other nodes' values, as a DP
+adversary knows both neighbouring datasets). Each audited pair's test is the likelihood-ratio test of the
+observer's view (:mod:`decpriv.attacks.audit.likelihood`), learnt and thresholded on ``fit_trials`` more.
+The error counts give lower bounds (:mod:`decpriv.attacks.audit.bounds`) that hold simultaneously over the
+pairs at ``confidence`` (Bonferroni). After accounting, :meth:`Audit.reconcile` puts the accountant's value
+beside each bound and fails the run where a bound exceeds it.
+"""
+
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from decpriv.adversary.view import AttackContext, View
+from decpriv.attacks.audit.bounds import dp_lower, gdp_lower, rates_upper
+from decpriv.attacks.audit.likelihood import (
+    LinearTest,
+    choose_thresholds,
+    error_counts,
+    fit_test,
+    heldout_counts,
+    noise_factor,
+    statistics,
+)
+from decpriv.attacks.audit.plan import Audited, AuditPlan, plan_audit
+from decpriv.attacks.audit.reconcile import reconcile
+from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_draw
+from decpriv.attacks.audit.walk import WalkTrials, walk_draw
+from decpriv.attacks.base import Attack
+from decpriv.defenses.base import Defense
+from decpriv.errors import bad
+from decpriv.report.findings import Findings, keyed
+from decpriv.rng import Seeds
+from decpriv.truth import Truth
+
+MEMORY = 2.5e8  # bytes of released values held at once (the trials run in chunks below it)
+
+
+class Audit(Attack):
+    name = "audit"
+    needs_adversary = False  # the adversary is the accountant's observer, instantiated by the audit
+    audits = True  # the pipeline hands it the mechanism (plan_trials) and the accountant's table (reconcile)
+
+    def __init__(
+        self,
+        trials: int = 100000,
+        fit_trials: int = 20000,
+        confidence: float = 0.95,
+        chunk: int = 20000,
+        max_observers: int = 40,
+    ):
+        for key, value, least in (
+            ("trials", trials, 1000),
+            ("fit_trials", fit_trials, 1000),
+            ("chunk", chunk, 1000),
+        ):
+            if value < least or value % 2:
+                raise bad(
+                    f"attack.{key}",
+                    value,
+                    f"needs an even count of at least {least}",
+                    f"use e.g. {key}=20000",
+                )
+        if not 0 < confidence < 1:
+            raise bad("attack.confidence", confidence, "a confidence level lies in (0, 1)", "use 0.95")
+        if max_observers < 1:
+            raise bad("attack.max_observers", max_observers, "audit at least one observer", "use e.g. 40")
+        self.trials, self.fit_trials, self.confidence = trials, fit_trials, confidence
+        self.chunk, self.max_observers = chunk, max_observers
+
+    def plan_trials(self, context: AttackContext, protocol, defense: Defense, accountant) -> AuditPlan:
+        """The audit's plan: it reruns the protocol and the (calibrated) defense, never the data, and checks
+        the accountant; refuses (exit 2) a pair it does not cover."""
+        return plan_audit(Audited(context, protocol, defense, accountant), self.max_observers)
+
+    def run(self, view: View) -> pd.DataFrame:
+        plan: AuditPlan = view.plan
+        begin = time.perf_counter()
+        if isinstance(plan.trials, SubsampledTrials | WalkTrials):
+            draw = (canary_draw if isinstance(plan.trials, SubsampledTrials) else walk_draw)(
+                plan.trials, view.seeds
+            )
+            pairs = sum(len(o.sources) for o in plan.observers)
+            alpha = (1.0 - self.confidence) / (2 * pairs)
+            counts = heldout_counts(
+                draw,
+                self.fit_trials,
+                self.trials,
+                self.chunk_size(0, pairs),
+                alpha,
+                plan.currency.delta,
+                pairs,
+            )
+            return self.bounds(plan, counts, alpha).assign(seconds=time.perf_counter() - begin)
+        unit, senders = plan.trials.run(
+            plan.clip * torch.eye(plan.n, dtype=torch.float64),
+            Seeds(view.seeds.seed("attack.audit.unit")),
+            False,
+        )
+        response = unit / plan.clip  # (B, rows, n): the view's mean per unit contribution of each node
+        sources = np.concatenate([o.sources for o in plan.observers])
+        alpha = (1.0 - self.confidence) / (2 * len(sources))  # Bonferroni: FPR and FNR of every pair
+        noise, signs = self.draw(plan, response, view, "fit", self.fit_trials)
+        test = self.tests(plan, response, senders, noise)
+        t = statistics(test, noise, signs[sources], plan.clip)
+        tau = choose_thresholds(t, signs[sources], alpha, plan.currency.delta)
+        del noise, t
+        counts = np.zeros((2, 4, len(sources)), dtype=np.int64)
+        size = self.chunk_size(response.shape[0] * response.shape[1], len(sources))
+        for index, start in enumerate(range(0, self.trials, size)):
+            noise, signs = self.draw(plan, response, view, f"eval.{index}", min(size, self.trials - start))
+            t = statistics(test, noise, signs[sources], plan.clip).numpy()
+            negative = signs[sources].numpy() < 0
+            counts[0] += error_counts(t, negative, tau.gdp)
+            counts[1] += error_counts(t, negative, tau.dp)
+        table = self.bounds(plan, counts, alpha)
+        return table.assign(seconds=time.perf_counter() - begin)
+
+    @staticmethod
+    def tests(
+        plan: AuditPlan, response: torch.Tensor, senders: np.ndarray, noise: torch.Tensor
+    ) -> LinearTest:
+        """Every audited pair's test direction, zero outside its observer's rows: (B, rows, pairs)."""
+        factor = noise_factor(noise, plan.trials.blocks_are_iid)
+        directions, shifts = [], []
+        for o in plan.observers:
+            rows = torch.from_numpy(np.isin(senders, o.senders))
+            test = fit_test(factor[rows], response[:, rows][:, :, o.sources])
+            W = torch.zeros(response.shape[0], response.shape[1], len(o.sources), dtype=response.dtype)
+            W[:, rows] = test.W
+            directions.append(W)
+            shifts.append(test.c)
+        return LinearTest(torch.cat(directions, dim=2), torch.cat(shifts))
+
+    def chunk_size(self, rows: int, pairs: int) -> int:
+        # per trial: the released values, their mean and the noise (rows each); statistics and signs (pairs)
+        fits = int(MEMORY // (8 * 3 * max(rows, pairs))) // 2 * 2
+        return max(1000, min(self.chunk, fits))
+
+    def draw(self, plan: AuditPlan, response: torch.Tensor, view: View, name: str, trials: int):
+        """One chunk: every node's balanced random signs, the noisy run, and its noise (run minus mean)."""
+        rng = view.seeds.numpy(f"attack.audit.signs.{name}")
+        half = np.repeat([-1.0, 1.0], trials // 2)
+        signs = torch.from_numpy(rng.permuted(np.tile(half, (plan.n, 1)), axis=1))
+        released, _ = plan.trials.run(
+            plan.clip * signs, Seeds(view.seeds.seed(f"attack.audit.noise.{name}")), True
+        )
+        return released - torch.einsum("brn,nd->brd", response, plan.clip * signs), signs
+
+    def bounds(self, plan: AuditPlan, counts: np.ndarray, alpha: float) -> pd.DataFrame:
+        fpr, fnr = rates_upper(*counts[0], alpha)
+        fpr_dp, fnr_dp = rates_upper(*counts[1], alpha)
+        mu, dp = gdp_lower(fpr, fnr), dp_lower(fpr_dp, fnr_dp, plan.currency.delta)
+        table = pd.DataFrame(
+            {
+                "source": np.concatenate([o.sources for o in plan.observers]),
+                "observer": np.concatenate(
+                    [np.full(len(o.sources), o.label, dtype=object) for o in plan.observers]
+                ),
+                "mu_lower": mu,
+                "epsilon_lower": [plan.currency.of_mu(m) for m in mu] if plan.currency.gaussian_view else dp,
+                "epsilon_dp_lower": dp,
+                "fpr_upper": fpr,
+                "fnr_upper": fnr,
+            }
+        )
+        if plan.distance is not None:
+            table["observer"] = table.observer.astype(int)
+            table["distance"] = plan.distance[table.source, table.observer].astype(int)
+        return table.assign(trials=self.trials, fit_trials=self.fit_trials, confidence=self.confidence)
+
+    def evaluate(self, findings: pd.DataFrame, truth: Truth, view: View) -> Findings:
+        seconds = float(findings.seconds.iloc[0])
+        table = keyed(findings.drop(columns="seconds"), "source", "observer")
+        summary = {
+            "audit_trials": self.trials,
+            "audit_fit_trials": self.fit_trials,
+            "audit_pairs": len(table),
+            "audit_seconds": seconds,
+            "audit_confidence": self.confidence,
+            "audit_currency": view.plan.currency.label,
+        }
+        return Findings(tables={"audit": table}, summary=summary)
+
+    def reconcile(self, report: Findings, plan: AuditPlan) -> None:
+        """After accounting: the accountant's value beside each bound; fails the run on a violation."""
+        reconcile(report, plan.currency)

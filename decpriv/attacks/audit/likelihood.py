@@ -1,0 +1,101 @@
+"""The most powerful test of a linear Gaussian view, learnt on held-out trials (Neyman-Pearson).
+
+Under the two neighbouring datasets the view y (an observer's messages) is Gaussian with the same covariance
+Sigma and means differing by s g (g: the view's response to a unit contribution of the source, s = +-C), so
+the log-likelihood ratio is monotone in t = g^T Sigma^+ (y - mean of the other nodes' contributions). The
+covariance is estimated from the fit trials' noise (y minus the noiseless run of the same values), never
+from the accountant's algebra, so a mistake there cannot hide itself. A wrong Sigma only weakens the test:
+the thresholds and the error counts come from trials the estimate never saw.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from decpriv.attacks.audit.bounds import clopper_pearson_upper, dp_lower, gdp_lower
+
+QUANTILES = 199  # candidate thresholds per source, at quantiles of its fit statistics
+
+
+class LinearTest(NamedTuple):
+    """Per block the test direction W (B, m, k) for k sources, and c = sum_b w_b^T g_b (the statistic's
+    shift per unit contribution)."""
+
+    W: torch.Tensor
+    c: torch.Tensor
+
+
+def noise_factor(noise: torch.Tensor, pooled: bool) -> torch.Tensor:
+    """L (rows, r) with L L^T the covariance of the fit noise (B, rows, F) of every recorded row, by one thin
+    SVD (stable where rows are nearly dependent; directions below numpy's matrix_rank tolerance dropped).
+    ``pooled``: the B blocks carry iid noise, one rows x rows covariance from all of them; otherwise B = 1."""
+    B, rows, F = noise.shape
+    if not pooled and B != 1:
+        raise ValueError("blocks that share noise are audited as one block")
+    X = noise.permute(1, 0, 2).reshape(rows, B * F)
+    U, s, _ = torch.linalg.svd(X, full_matrices=False)
+    keep = s > s[0] * max(X.shape) * torch.finfo(X.dtype).eps
+    return U[:, keep] * (s[keep] / (B * F) ** 0.5)
+
+
+def fit_test(factor: torch.Tensor, response: torch.Tensor) -> LinearTest:
+    """Directions Sigma^+ g for an observer's rows: ``factor`` its rows of L (m, r), Sigma = L L^T the
+    covariance of each block, ``response`` (B, m, k) the unit responses of its k sources in each block."""
+    U, s, _ = torch.linalg.svd(factor, full_matrices=False)
+    keep = s > s[0] * max(factor.shape) * torch.finfo(factor.dtype).eps
+    U, s = U[:, keep], s[keep]
+    W = torch.einsum("mr,r,nr,bnk->bmk", U, 1.0 / s**2, U, response)
+    return LinearTest(W, torch.einsum("bmk,bmk->k", W, response))
+
+
+def statistics(test: LinearTest, noise: torch.Tensor, signs: torch.Tensor, clip: float) -> torch.Tensor:
+    """(k, D) statistic of each source's test on each trial: w^T (noise + s g) with s = sign * C."""
+    return torch.einsum("bmk,bmd->kd", test.W, noise) + clip * test.c[:, None] * signs
+
+
+class Thresholds(NamedTuple):
+    gdp: np.ndarray  # (k,) the threshold that maximises the GDP bound on the fit trials
+    dp: np.ndarray  # (k,) ... the (epsilon, delta) bound
+
+
+def choose_thresholds(t: torch.Tensor, signs: torch.Tensor, alpha: float, delta: float) -> Thresholds:
+    """Per source, among quantiles of its fit statistics, the thresholds whose bounds on the fit trials
+    (Clopper-Pearson at ``alpha``) are largest. Each source has as many trials under either dataset."""
+    t, negative = t.numpy(), signs.numpy() < 0
+    k, F = t.shape
+    t0 = np.sort(t[negative].reshape(k, -1), axis=1)
+    t1 = np.sort(t[~negative].reshape(k, -1), axis=1)
+    at = np.linspace(0, F - 1, QUANTILES + 2).round().astype(int)[1:-1]
+    tau = np.sort(t, axis=1)[:, at]  # (k, Q)
+    n0, n1 = t0.shape[1], t1.shape[1]
+    fp = n0 - np.stack([np.searchsorted(a, b, side="right") for a, b in zip(t0, tau, strict=True)])
+    fn = np.stack([np.searchsorted(a, b, side="right") for a, b in zip(t1, tau, strict=True)])
+    fpr, fnr = clopper_pearson_upper(fp, n0, alpha), clopper_pearson_upper(fn, n1, alpha)
+    rows = np.arange(k)
+    return Thresholds(
+        tau[rows, gdp_lower(fpr, fnr).argmax(1)], tau[rows, dp_lower(fpr, fnr, delta).argmax(1)]
+    )
+
+
+def error_counts(t: np.ndarray, negative: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """(4, k): false positives, negatives (trials under D0), false negatives, positives (under D1) of the
+    test that guesses D1 when t > tau; ``negative`` marks the trials under D0."""
+    above = t > tau[:, None]
+    fp = np.count_nonzero(above & negative, axis=1)
+    negatives = np.count_nonzero(negative, axis=1)
+    positives = t.shape[1] - negatives
+    return np.stack([fp, negatives, positives - (np.count_nonzero(above, axis=1) - fp), positives])
+
+
+def heldout_counts(draw, fit: int, total: int, chunk: int, alpha: float, delta: float, pairs: int):
+    """Thresholds chosen on ``fit`` held-out trials, then (2, 4, pairs) error counts (GDP row, DP row) over
+    ``total`` more; ``draw(name, size)`` runs a chunk and returns its (pairs, size) statistics and signs."""
+    tau = choose_thresholds(*draw("fit", fit), alpha, delta)
+    counts = np.zeros((2, 4, pairs), dtype=np.int64)
+    for index, start in enumerate(range(0, total, chunk)):
+        t, signs = draw(f"eval.{index}", min(chunk, total - start))
+        negative = signs.numpy() < 0
+        counts[0] += error_counts(t.numpy(), negative, tau.gdp)
+        counts[1] += error_counts(t.numpy(), negative, tau.dp)
+    return counts

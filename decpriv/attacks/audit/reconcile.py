@@ -1,0 +1,109 @@
+"""The audit beside the accountant: join each lower bound to the accountant's value for the same pair, fail
+the run where a bound exceeds it (the accountant under-reports), draw both."""
+
+from functools import partial
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from decpriv.report.findings import Findings, keyed  # noqa: E402
+
+RELATIVE_SLACK = 1e-9  # float rounding between two computations of one number, not statistics
+
+
+class AuditFailed(RuntimeError):
+    """An audited lower bound above the accountant's value: the accountant's number is not sound."""
+
+
+def joined(audit: pd.DataFrame, privacy: pd.DataFrame, currency) -> pd.DataFrame:
+    """The audit's rows with the accountant's value in the audit's currency and its (epsilon, delta)."""
+    keys = ["source", "observer"] if currency.pairwise else ["source"]
+    claims = privacy.assign(
+        epsilon_accountant=privacy[currency.column], epsilon_dp_accountant=privacy.epsilon
+    )
+    if "method" not in claims:
+        claims = claims.assign(method="exact" if currency.gaussian_view else "bound")
+    claims = claims[[*keys, "epsilon_accountant", "epsilon_dp_accountant", "method"]]
+    if currency.pairwise:
+        claims = claims.astype({"source": int, "observer": int})
+    return audit.merge(claims, on=keys, how="left", validate="many_to_one")
+
+
+def violations(table: pd.DataFrame) -> pd.DataFrame:
+    over = lambda low, high: low > high * (1 + RELATIVE_SLACK) + 1e-12  # noqa: E731
+    bad = over(table.epsilon_lower, table.epsilon_accountant) | over(
+        table.epsilon_dp_lower, table.epsilon_dp_accountant
+    )
+    return table[bad]
+
+
+def failure(row: pd.Series, currency, pairs: int) -> str:
+    return (
+        f"accountant={currency.accountant} under-reports source {row.source} seen by {row.observer}: it claims "
+        f"{currency.label} {row.epsilon_accountant:.4g} ((epsilon, delta) {row.epsilon_dp_accountant:.4g}) but "
+        f"the audit proves at least {row.epsilon_lower:.4g} ({row.epsilon_dp_lower:.4g}) at "
+        f"{row.confidence:.0%} confidence over {pairs} pairs, {row.trials} trials"
+    )
+
+
+def reconcile(report: Findings, currency) -> None:
+    """Add the accountant's columns to audit.csv and the headline audit_epsilon / audit_epsilon_accountant;
+    raise :class:`AuditFailed` (the run fails, nothing written) on a bound above the accountant's value."""
+    table = joined(report.tables["audit"], report.tables["privacy"], currency)
+    wrong = violations(table)
+    if len(wrong):
+        worst = wrong.loc[(wrong.epsilon_lower / wrong.epsilon_accountant.clip(lower=1e-300)).idxmax()]
+        raise AuditFailed(failure(worst, currency, len(table)))
+    top = table.loc[table.epsilon_lower.idxmax()]
+    exact = table[table.method == "exact"]
+    ratio = exact.epsilon_lower / exact.epsilon_accountant.where(exact.epsilon_accountant > 0)
+    report.tables["audit"] = keyed(table, "source", "observer")
+    report.summary.update(
+        audit_epsilon=float(top.epsilon_lower),
+        audit_epsilon_accountant=float(top.epsilon_accountant),
+        audit_tightness=float(top.epsilon_lower / top.epsilon_accountant) if top.epsilon_accountant else 1.0,
+        audit_tightness_exact_median=float(ratio.median()) if ratio.notna().any() else float("nan"),
+        audit_epsilon_dp=float(table.epsilon_dp_lower.max()),
+        verdict=(
+            f"sound: all {len(table)} audited lower bounds ({currency.label}, {top.confidence:.0%} simultaneous) "
+            f"stay at or below accountant={currency.accountant}; the largest, {top.epsilon_lower:.3g} for "
+            f"source {top.source} seen by {top.observer}, is {top.epsilon_lower / max(top.epsilon_accountant, 1e-300):.0%} "
+            f"of its {top.epsilon_accountant:.3g}"
+        ),
+    )
+    report.figures["plots/audit.png"] = partial(audit_figure, table, currency)
+
+
+def audit_figure(table: pd.DataFrame, currency) -> Figure:
+    """Accountant vs audit lower bound per pair against hop distance (pairwise), else per source node."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    pairwise = "distance" in table
+    x = table.distance.to_numpy(float) if pairwise else table.source.to_numpy(float)
+    jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(x)) if pairwise else 0.0
+    ax.scatter(x - 0.15 + jitter, table.epsilon_accountant, s=10, alpha=0.5, c="C0", label="accountant")
+    ax.scatter(
+        x + 0.15 + jitter,
+        table.epsilon_lower,
+        s=10,
+        alpha=0.5,
+        c="C3",
+        marker="x",
+        label=f"audit lower bound ({table.confidence.iloc[0]:.0%}, {table.trials.iloc[0]} trials)",
+    )
+    if pairwise:
+        means = table.groupby("distance")[["epsilon_accountant", "epsilon_lower"]].mean()
+        ax.plot(means.index - 0.15, means.epsilon_accountant, "o-", c="C0", lw=1)
+        ax.plot(means.index + 0.15, means.epsilon_lower, "x-", c="C3", lw=1)
+    ax.set_xlabel("hop distance between source and observer" if pairwise else "source node")
+    ax.set_ylabel(currency.axis)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Empirical audit vs accountant={currency.accountant}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,68 @@
+"""Every privacy preset's audited variant: the audit's lower bound at or below the accountant, and within
+0.7 of it where the accountant is exact for a linear Gaussian view (paper-scale: slow)."""
+
+import pandas as pd
+import pytest
+
+from decpriv import experiment
+from decpriv.api import compose_config
+
+pytestmark = pytest.mark.slow
+
+KARATE = (
+    "topology=karate",
+    "protocol=gossip",
+    "defense=muffliato",
+    "accountant=network_dp",
+    "accountant.alpha=2",
+    "protocol.rounds=5",
+    "data=gaussian_classes",
+    "partition=one_per_node",
+    "attack=audit",
+)
+
+
+def audited(tmp_path, *overrides) -> tuple[pd.Series, pd.DataFrame]:
+    experiment.run(compose_config([*overrides, "plots=false"])[0], tmp_path)
+    return pd.read_csv(tmp_path / "summary.csv").iloc[0], pd.read_csv(tmp_path / "audit.csv")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        KARATE,
+        ("experiment=muffliato_privacy_distance_audit",),
+        ("experiment=decor_least_squares_audit",),
+        ("experiment=decor_least_squares_audit", "defense=ldp"),
+        ("experiment=decor_least_squares_audit", "defense=cdp", "topology=complete"),
+        ("experiment=decor_digits_audit", "accountant.threat=curious"),
+    ],
+)
+def test_exact_accountants_are_reached(tmp_path, overrides):
+    summary, table = audited(tmp_path, *overrides)
+    assert summary.audit_trials == 100000
+    assert 0.7 * summary.audit_epsilon_accountant <= summary.audit_epsilon <= summary.audit_epsilon_accountant
+    assert (table.epsilon_lower <= table.epsilon_accountant * (1 + 1e-9)).all()
+
+
+def test_muffliato_sgd_exact_pairs_are_reached(tmp_path):
+    summary, table = audited(tmp_path, "experiment=muffliato_sgd_audit")
+    exact = table[table.method == "exact"]
+    assert (table.epsilon_lower <= table.epsilon_accountant * (1 + 1e-9)).all()
+    assert summary.audit_epsilon >= 0.7 * summary.audit_epsilon_accountant
+    # the pairs where the node's contribution fully reaches the observer are measured within 0.7
+    top = exact[exact.epsilon_accountant >= 0.5 * exact.epsilon_accountant.max()]
+    assert (top.epsilon_lower >= 0.7 * top.epsilon_accountant).mean() > 0.9
+
+
+def test_dpsgd_canary_stays_below_the_rdp_accountant(tmp_path):
+    summary, table = audited(tmp_path, "experiment=dpsgd_digits_audit")
+    assert 0.3 * summary.audit_epsilon_accountant <= summary.audit_epsilon <= summary.audit_epsilon_accountant
+    assert table.method.iloc[0] == "bound"
+
+
+def test_random_walk_audit_stays_below_its_bound_and_falls_with_distance(tmp_path):
+    summary, table = audited(tmp_path, "experiment=random_walk_privacy_audit")
+    assert (table.epsilon_lower <= table.epsilon_accountant).all()
+    means = table.groupby("distance").mu_lower.mean()
+    assert means.is_monotonic_decreasing and means.iloc[0] > 0
