@@ -125,6 +125,8 @@ def test_rank_deficient_system_falls_back_to_the_dense_path():
     dense = float_knowledge(W, np.array([1]), 4)
     assert scaled.rank == dense.rank == 3
     np.testing.assert_array_equal(scaled.reconstructible, dense.reconstructible)
-    assert scaled.numerics["decided_by"] == dense.numerics["decided_by"] == "float64"
+    # the dense path decides: float64 where its margins are clear, else its kernel certificate ("modular";
+    # numpy 2.4's SVD puts this star's zero singular values close enough to the cutoff to ask for it)
+    assert scaled.numerics["decided_by"] == dense.numerics["decided_by"] in ("float64", "modular")
     assert "certified_steps" not in scaled.numerics  # no prime certified a leading horizon
     np.testing.assert_array_equal(np.flatnonzero(scaled.reconstructible), [0, 1])  # hub and attacker
