@@ -22,6 +22,10 @@ the innovations is linear in Delta, so Q_uv = sum_t nu_t^T S_t^-1 nu_t, batched 
 sources. T = 1 (Muffliato gossip, noise once) reduces to the leverage ||U_v^T e_u||^2. Accelerated gossip
 has the same view: its operators are polynomials of W of degree k with non-zero leading coefficient.
 
+The row spaces are certified, not decided by a float64 tolerance (:func:`certified_bases`,
+:mod:`decpriv.privacy.exact_view`): a pair is labelled exact only where its value is known within 1e-9 of
+the level; everywhere else the reported value is a sound upper bound, labelled a bound.
+
 The model takes the clipped contributions as fixed inputs (non-adaptive): the dependence of later
 gradients on earlier noisy models is not accounted, as in the Muffliato analysis.
 """
