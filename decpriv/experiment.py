@@ -29,7 +29,6 @@ from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
-from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Findings
@@ -371,8 +370,13 @@ def _pipeline(
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
         report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
+        gap = setup.network.spectral_gap
         report.summary.update(
-            nodes=setup.network.n, edges=len(setup.network.edges), spectral_gap=spectral_gap(setup.network.W)
+            nodes=setup.network.n,
+            edges=len(setup.network.edges),
+            spectral_gap=gap.value,
+            spectral_gap_method=gap.method,
+            spectral_gap_tolerance=gap.tolerance,
         )
         if "tries" in setup.network.graph.graph:
             report.summary["graph_tries"] = setup.network.graph.graph["tries"]

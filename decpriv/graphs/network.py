@@ -12,6 +12,7 @@ import torch
 
 from decpriv.errors import bad
 from decpriv.graphs.gossip_matrix import check_gossip_matrix
+from decpriv.graphs.spectrum import SpectralGap, gap
 
 
 def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
@@ -83,6 +84,11 @@ class Network:
         """Undirected edges (E, 2) with u < v, sorted."""
         e = np.sort(np.array(self.graph.edges, dtype=np.int64).reshape(-1, 2), axis=1)
         return e[np.lexsort((e[:, 1], e[:, 0]))]
+
+    @cached_property
+    def spectral_gap(self) -> SpectralGap:
+        """W's spectral gap, in closed form for the graph families that have one (graphs.spectrum)."""
+        return gap(self.W, self.graph)
 
     @cached_property
     def degrees(self) -> np.ndarray:

@@ -36,10 +36,16 @@ def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Gr
     )
 
 
+def _family(graph: nx.Graph, name: str) -> nx.Graph:
+    """Mark the graph's family: its Laplacian spectrum is known in closed form (graphs.spectrum)."""
+    graph.graph["family"] = name
+    return graph
+
+
 def ring(n: int = 16) -> nx.Graph:
     """Cycle graph C_n."""
     _positive_n(n, 3)
-    return nx.cycle_graph(n)
+    return _family(nx.cycle_graph(n), "ring")
 
 
 def line(n: int = 16) -> nx.Graph:
@@ -51,13 +57,13 @@ def line(n: int = 16) -> nx.Graph:
 def complete(n: int = 16) -> nx.Graph:
     """Complete graph K_n: every node talks to every other (the federated / CDP limit)."""
     _positive_n(n)
-    return nx.complete_graph(n)
+    return _family(nx.complete_graph(n), "complete")
 
 
 def star(n: int = 16) -> nx.Graph:
     """Star with node 0 as the server and n-1 clients (federated protocols)."""
     _positive_n(n)
-    return nx.star_graph(n - 1)
+    return _family(nx.star_graph(n - 1), "star")
 
 
 def torus(n: int = 16) -> nx.Graph:
@@ -68,7 +74,7 @@ def torus(n: int = 16) -> nx.Graph:
         lo, hi = side * side, (side + 1) ** 2
         raise bad("topology.n", n, "a torus needs a perfect square", f"use topology.n={lo} or {hi}")
     grid = nx.grid_2d_graph(side, side, periodic=True)
-    return nx.convert_node_labels_to_integers(grid, ordering="sorted")
+    return _family(nx.convert_node_labels_to_integers(grid, ordering="sorted"), "torus")
 
 
 def hypercube(n: int = 16) -> nx.Graph:
@@ -79,7 +85,7 @@ def hypercube(n: int = 16) -> nx.Graph:
         raise bad(
             "topology.n", n, "a hypercube needs a power of two", f"use topology.n={2**k} or {2 ** (k + 1)}"
         )
-    return nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted")
+    return _family(nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted"), "hypercube")
 
 
 def random_regular(n: int = 16, d: int = 4, seed: int = 0) -> nx.Graph:
