@@ -36,6 +36,13 @@ class Dataset:
 
 
 def _split(name, x, y, test_fraction: float, rng: np.random.Generator, **kw) -> Dataset:
+    if not 0 <= test_fraction < 1:
+        raise bad(
+            "data.test_fraction",
+            test_fraction,
+            "the held-out share of the samples lies in [0, 1)",
+            "use e.g. data.test_fraction=0.25",
+        )
     order = rng.permutation(len(x))
     n_test = int(round(test_fraction * len(x)))
     test, train = order[:n_test], order[n_test:]

@@ -29,6 +29,8 @@ def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
         order = nodes
     mapping = {name: i for i, name in enumerate(order)}
     loops = list(nx.selfloop_edges(graph))
+    if not loops and nodes == list(range(n)):  # already 0..n-1 in order: no copy (two passes over every edge)
+        return graph, [str(name) for name in order]
     if loops:
         warnings.warn(
             f"topology: {len(loops)} self-loop(s) dropped (node {loops[0][0]} first): a node does not gossip "
