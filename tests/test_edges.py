@@ -207,3 +207,18 @@ def test_the_large_ring_run_finishes(tmp_path, monkeypatch):
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert summary.spectral_gap_method[0] == "closed form (ring)"
     assert summary.spectral_gap[0] == pytest.approx((2 - 2 * math.cos(2 * math.pi / 30000)) / 3, rel=1e-9)
+
+
+def test_list_prints_bracketed_text_literally(capsys):
+    assert main(["list", "hydra/launcher"]) == 0
+    assert "'.[slurm]'" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_the_slurm_options_pointed_at_the_local_executor_are_refused(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    monkeypatch.chdir(tmp_path)
+    local = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    argv = ["run", "-m", "seed=0,1", *SMALL, "hydra/launcher=slurm", f"hydra.launcher._target_={local}"]
+    assert main(argv) == 2
+    assert "use hydra/launcher=submitit_local" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
