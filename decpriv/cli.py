@@ -264,6 +264,12 @@ def _check_launcher(launcher: DictConfig) -> None:
         )
 
 
+def _on_submitit(hydra_cfg: DictConfig) -> bool:
+    """Whether the sweep runs through a submitit launcher: only then is submitit imported (its logger
+    binds a handler to the stdout of the moment at import)."""
+    return "submitit" in str(hydra_cfg.launcher.get("_target_", ""))
+
+
 @contextmanager
 def _sweep_checked():
     """Hydra's basic sweeper composes every job once more before launching the batch
@@ -348,7 +354,7 @@ def _run_command(args: list[str]) -> int:
 
     parsed = get_args_parser().parse_args(args)
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
-    folder, path, checked, resuming = None, None, False, False
+    folder, path, checked, resuming, hydra_cfg = None, None, False, False, None
     if not inspecting:
         try:
             multirun = bool(parsed.multirun)
@@ -369,7 +375,9 @@ def _run_command(args: list[str]) -> int:
     try:
         with (
             _sweep_checked() if parsed.multirun and checked else nullcontext(),
-            submitit_sweep(path, resuming) if parsed.multirun else nullcontext(),
+            submitit_sweep(path, resuming)
+            if hydra_cfg is not None and _on_submitit(hydra_cfg)
+            else nullcontext(),
         ):
             _hydra_job()
     except KeyboardInterrupt as stop:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,7 +37,17 @@ def job_row(job: Path) -> pd.DataFrame:
         table = read_table(file)
         if len(table) == 1 and "status" in table and table["status"].iloc[0] == status:
             return table.copy()
-    return pd.DataFrame([{"status": status, "error": meta.get("error")}])
+    return pd.DataFrame([{"status": status, "error": meta.get("error"), **_job_overrides(job)}])
+
+
+def _job_overrides(job: Path) -> dict[str, Any]:
+    """The job's own overrides (``seed=1``) from Hydra's ``.hydra/overrides.yaml``: a job stopped before it
+    wrote its summary still names its swept values."""
+    file = job / ".hydra" / "overrides.yaml"
+    with suppress(OSError, ValueError, TypeError, yaml.YAMLError):
+        pairs = [str(o).split("=", 1) for o in yaml.safe_load(file.read_text()) or []]
+        return {key.lstrip("+~"): yaml.safe_load(value) for key, value in (p for p in pairs if len(p) == 2)}
+    return {}
 
 
 def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
