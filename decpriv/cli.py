@@ -557,6 +557,11 @@ def _diff(rest: list[str]) -> int:
         "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
     )
     ns = parser.parse_args(rest)
+    for key in ("rtol", "atol"):
+        if not getattr(ns, key) >= 0:  # a negative tolerance would call equal numbers different
+            from decpriv.errors import bad
+
+            raise bad(f"--{key}", getattr(ns, key), "is a tolerance", "give 0 or more")
     from decpriv.report.show import print_diff
 
     return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)

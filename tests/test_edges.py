@@ -41,6 +41,9 @@ REFUSED = [
     (["data.test_fraction=1.5", "~attack"], "data.test_fraction=1.5", "[0, 1)"),
     (["topology.n=2000", "~attack"], "topology.n=2000", "fewer than the nodes"),
     (["hydra.run.dir="], "hydra.run.dir=''", "current folder"),
+    (["topology.n=10000000000", "~attack"], "topology.n=10000000000", "1e+07"),
+    (["data=gaussian_classes", "data.num_classes=1", "~attack"], "data.num_classes=1", ">= 2"),
+    (["data=gaussian_classes", "data.dim=0", "~attack"], "data.dim=0", ">= 1"),
 ]
 
 
@@ -186,6 +189,12 @@ def test_diff_of_two_sweeps_compares_every_jobs_tables(tmp_path, monkeypatch, ca
     assert main(["diff", "A", "B", "--format", "csv"]) == 1
     rows = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert set(rows.table) == {"1/history"} and set(rows.column) == {"consensus_distance"}
+
+
+def test_diff_refuses_a_negative_tolerance(tmp_path, capsys):
+    _job(tmp_path / "r", "completed", "d", None, acc=0.5)
+    assert main(["diff", str(tmp_path / "r"), str(tmp_path / "r"), "--rtol", "-1"]) == 2
+    assert "--rtol=-1.0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("rows", ["-3", "-1"])

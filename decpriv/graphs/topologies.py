@@ -19,9 +19,19 @@ MAX_TRIES = 100
 FAST_GNP = 2000
 
 
+MAX_NODES = 10_000_000  # a networkx graph holds about 1 KB a node and edge: 10^7 nodes fill 10+ GB
+
+
 def _positive_n(n: int, minimum: int = 2) -> None:
     if not isinstance(n, int) or n < minimum:
         raise bad("topology.n", n, f"a graph needs at least {minimum} nodes", f"set topology.n >= {minimum}")
+    if n > MAX_NODES:
+        raise bad(
+            "topology.n",
+            n,
+            "more nodes than a simulation on one machine holds",
+            f"use at most {MAX_NODES:.0e}",
+        )
 
 
 def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Graph:
