@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench lint format clean
+.PHONY: run test test-slow bench lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1 || $(BIN)/pip install -q "torch<2.15" "torchvision<0.30"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+slurm: $(STAMP)  # Hydra's submitit launcher: hydra/launcher=slurm (a cluster) or submitit_local
+	$(BIN)/pip install -q -e ".[slurm]"
 
 run: $(STAMP)
 	$(BIN)/decpriv run $(ARGS)

@@ -10,8 +10,15 @@ resident memory, ru_maxrss), with the growth exponent between consecutive sizes 
   T = 20, 64-dimensional private values: build K_T, decide which nodes are determined (certified) and solve
   their values (:func:`decpriv.attacks.knowledge.matrix.gossip_row_space`, the attack's core).
 
+- Graph families: ring, torus, Erdos-Renyi (mean degree 2 ln n) and random geometric (radius
+  sqrt(ln n / n), mean degree pi ln n) graphs from n = 10^3 to 10^5, gossip averaging and D-SGD (softmax, 4 samples per
+  node), ``GRAPH_ROUNDS`` rounds, no attack: wall time and the process's peak memory after each phase
+  (build: graph, gossip matrix, data, partition; simulate; spectral_gap), one fresh process a point, given
+  ``LIMIT_S`` seconds; a family stops growing at its first point over the limit (the largest n finishing
+  within a minute is the row before).
+
 Run: ``.venv/bin/python -m benchmarks scale`` (``python -m benchmarks.bench_scale one dsgd 10000`` runs
-one point).
+one point; ``python -m benchmarks.bench_scale graphs`` the graph families alone).
 """
 
 import json
@@ -27,6 +34,85 @@ DSGD_SIZES = (1250, 2500, 5000, 10000)
 KNOWLEDGE_SIZES = (625, 1250, 2500, 5000)
 ROUNDS, STEPS, SHARE, DIM = 100, 20, 0.01, 64
 REPEATS = 2
+GRAPH_SIZES = (1_000, 3_000, 10_000, 30_000, 100_000)
+GRAPHS = ("ring", "torus", "erdos_renyi", "random_geometric")
+GRAPH_ROUNDS, LIMIT_S = 10, 60.0
+
+
+def _graph_overrides(topology: str, protocol: str, n: int) -> list[str]:
+    size = {"torus": f"topology.n={math.isqrt(n) ** 2}"}.get(topology, f"topology.n={n}")
+    shape = {
+        "erdos_renyi": [f"topology.p={min(1.0, 2 * math.log(n) / n):.6g}"],
+        "random_geometric": [f"topology.radius={math.sqrt(math.log(n) / n):.6g}"],
+    }.get(topology, [])
+    model = ["model=softmax", "protocol.batch_size=1"] if protocol == "dsgd" else []
+    return [
+        f"topology={topology}",
+        size,
+        *shape,
+        f"protocol={protocol}",
+        *model,
+        "data=gaussian_classes",
+        f"data.size={math.ceil(4 * n / 0.75) + 1}",
+        "partition.per_node=4",
+        f"protocol.rounds={GRAPH_ROUNDS}",
+        f"protocol.eval_every={GRAPH_ROUNDS}",
+        "~attack",
+    ]
+
+
+def graph_point(topology: str, protocol: str, n: int) -> dict:
+    """Wall time and peak resident memory (MB, the process's so far) after each phase of one run."""
+    from decpriv import experiment
+    from decpriv.api import compose_config
+
+    def peak() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    found = {"baseline_mb": peak()}
+    cfg = compose_config(_graph_overrides(topology, protocol, n))[0]
+    begin = time.perf_counter()
+    setup = experiment.build(cfg)
+    found.update(build_s=time.perf_counter() - begin, build_mb=peak(), nodes=setup.network.n)
+    begin = time.perf_counter()
+    experiment.simulate(setup)
+    found.update(simulate_s=time.perf_counter() - begin, simulate_mb=peak())
+    begin = time.perf_counter()
+    gap = setup.network.spectral_gap
+    found.update(gap_s=time.perf_counter() - begin, gap_mb=peak(), gap=gap.value, gap_method=gap.method)
+    found["seconds"] = found["build_s"] + found["simulate_s"] + found["gap_s"]
+    return found
+
+
+def graph_families() -> None:
+    print(
+        f"graph families: {GRAPH_ROUNDS} rounds, no attack, one fresh process a point, {LIMIT_S:.0f} s each"
+    )
+    print(
+        f"{'graph':>16} {'protocol':>8} {'n':>7} {'seconds':>8} {'build_s':>8} {'sim_s':>7} {'gap_s':>6}"
+        f" {'build_MB':>8} {'sim_MB':>7} {'gap_MB':>7} gap (method)"
+    )
+    for protocol in ("gossip", "dsgd"):
+        for topology in GRAPHS:
+            for n in GRAPH_SIZES:
+                try:
+                    out = subprocess.run(
+                        [sys.executable, "-m", "benchmarks.bench_scale", "graph", topology, protocol, str(n)],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        timeout=LIMIT_S,
+                    )
+                except subprocess.TimeoutExpired:
+                    print(f"{topology:>16} {protocol:>8} {n:7d} {'> ' + str(int(LIMIT_S)):>8}", flush=True)
+                    break
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                print(
+                    f"{topology:>16} {protocol:>8} {r['nodes']:7d} {r['seconds']:8.1f} {r['build_s']:8.1f}"
+                    f" {r['simulate_s']:7.1f} {r['gap_s']:6.2f} {r['build_mb']:8.0f} {r['simulate_mb']:7.0f}"
+                    f" {r['gap_mb']:7.0f} {r['gap']:.3g} ({r['gap_method']})",
+                    flush=True,
+                )
 
 
 def dsgd_point(n: int) -> dict:
@@ -179,10 +265,15 @@ def main() -> None:
             flush=True,
         )
         last_t, last_m = (n, r["seconds"]), (n, r["peak_mb"] - r["baseline_mb"])
+    graph_families()
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["one"]:
         one(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:2] == ["graph"]:
+        print(json.dumps(graph_point(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    elif sys.argv[1:2] == ["graphs"]:
+        graph_families()
     else:
         main()

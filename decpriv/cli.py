@@ -53,6 +53,7 @@ def _hydra_job(cfg: DictConfig) -> None:
     # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
     from decpriv import experiment
     from decpriv.report.resume import already_completed, take_resume
+    from decpriv.scheduler import stop_on_sigterm
 
     runtime = HydraConfig.get()
     out = Path(runtime.runtime.output_dir)
@@ -68,7 +69,8 @@ def _hydra_job(cfg: DictConfig) -> None:
         return
     prebuilt = None if multirun else experiment.take_prebuilt(cfg)  # the precheck's build of this config
     try:
-        experiment.run(cfg, out, choices, sys.stderr.isatty() and not multirun, prebuilt)
+        with stop_on_sigterm():  # a job a scheduler cancels (scancel: SIGTERM in its own process)
+            experiment.run(cfg, out, choices, sys.stderr.isatty() and not multirun, prebuilt)
     except Exception as error:
         if not multirun:
             experiment.error_exit(error, bool(cfg.get("debug")))
@@ -113,7 +115,7 @@ def _explain_composition(error: Exception, overrides: list[str]) -> str:
     if "Got NoneType" in first and nulled:
         hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
     elif "submitit" in first:
-        hint = "the slurm launcher needs Hydra's submitit plugin: pip install 'decpriv[slurm]'"
+        hint = "the slurm launcher needs Hydra's submitit plugin: make slurm, or pip install -e '.[slurm]'"
     elif missing:
         options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
         hint = _did_you_mean(missing.group(2), options)
@@ -141,13 +143,26 @@ def _compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConf
         raise ConfigError(_explain_composition(error, overrides)) from None
 
 
-def _check(cfg: DictConfig, choices: dict, overrides: list[str], multirun: bool, keep: bool = False) -> None:
-    """One job's whole build, no training (``keep``: for the run of a single job to reuse)."""
-    from decpriv.experiment import precheck
+def _check(
+    cfg: DictConfig,
+    choices: dict,
+    overrides: list[str],
+    multirun: bool,
+    keep: bool = False,
+    job: list[str] = (),
+) -> None:
+    """One job's whole build, no training (``keep``: for the run of a single job to reuse; ``job``: the
+    job's own overrides, whose config digest a resumed sweep reads to submit only what must run)."""
+    from decpriv.experiment import config_digest, flatten_config, precheck
     from decpriv.report.resume import check_fixed_folder, take_resume
+    from decpriv.scheduler import remember_digest
+    from decpriv.validation import check_choices, check_unread
 
     if take_resume(cfg):
         check_fixed_folder(overrides, multirun)
+        remember_digest(list(job), config_digest(flatten_config(cfg, choices)))
+    check_choices(cfg, choices)
+    check_unread(cfg, overrides)
     precheck(cfg, choices, keep=keep)
 
 
@@ -188,12 +203,12 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
         raise ConfigError(first)
 
 
-def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], DictConfig, bool]:
+def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], DictConfig, bool, bool]:
     """Compose and check every job of the (possibly swept) command line before any job runs.
 
     Returns the number of jobs, the swept keys (for the per-job progress line), the first job's ``hydra``
-    node (its output folder) and whether every job was checked (not so for a preset's own sweep). The job
-    count is in the environment before any worker starts."""
+    node (its output folder), whether every job was checked (not so for a preset's own sweep) and whether
+    it resumes (``resume=true``). The job count is in the environment before any worker starts."""
     from decpriv.report.sweep import expand
 
     jobs = [overrides]
@@ -203,8 +218,10 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], Dic
         except Exception as error:  # Hydra's override grammar
             raise ConfigError(str(error).strip().splitlines()[0]) from None
     cfg, choices, hydra = _compose_or_refuse(jobs[0])
+    resuming = cfg.get("resume") is True
     count, swept, params = 1, [], {}
     if multirun:
+        _check_launcher(hydra.launcher)
         # a preset's own sweep (hydra.sweeper.params) is counted, not prechecked: Fig. 2 alone has 1200 jobs
         from decpriv.report.sweep import sweep_plan, sweeper_params
 
@@ -216,10 +233,41 @@ def _precheck(overrides: list[str], multirun: bool) -> tuple[int, list[str], Dic
     if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
         _check_in_workers(jobs, overrides, hydra.launcher)
     else:
-        _check(cfg, choices, overrides, multirun, keep=not multirun)
+        _check(cfg, choices, overrides, multirun, keep=not multirun, job=jobs[0])
         for job in jobs[1:]:
-            _check(*_compose_or_refuse(job)[:2], overrides, multirun)
-    return count, swept, hydra, not params
+            _check(*_compose_or_refuse(job)[:2], overrides, multirun, job=job)
+    return count, swept, hydra, not params, resuming
+
+
+def _check_launcher(launcher: DictConfig) -> None:
+    """The launcher's own options that would fail only once the sweep started, with an exception's text."""
+    from decpriv.errors import bad
+
+    target = str(launcher.get("_target_", ""))
+    if target.endswith("submitit_launcher.LocalLauncher") and "partition" in launcher:
+        raise bad(
+            "hydra.launcher._target_",
+            target,
+            "the slurm launcher's options (partition, array_parallelism ...) are Slurm's, not the local "
+            "executor's",
+            "use hydra/launcher=submitit_local for submitit's local executor (no cluster needed)",
+        )
+    n_jobs = launcher.get("n_jobs")
+    if str(launcher.get("_target_", "")).endswith(".JoblibLauncher") and (
+        not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0
+    ):
+        raise bad(
+            "hydra.launcher.n_jobs",
+            n_jobs,
+            "is the number of parallel jobs: -1 for one a core, or a positive count",
+            "use hydra.launcher.n_jobs=-1 or e.g. 2",
+        )
+
+
+def _on_submitit(hydra_cfg: DictConfig) -> bool:
+    """Whether the sweep runs through a submitit launcher: only then is submitit imported (its logger
+    binds a handler to the stdout of the moment at import)."""
+    return "submitit" in str(hydra_cfg.launcher.get("_target_", ""))
 
 
 @contextmanager
@@ -236,23 +284,42 @@ def _sweep_checked():
         del BasicSweeper.validate_batch_is_legal
 
 
-def _output_folder(overrides: list[str], multirun: bool, hydra_cfg: DictConfig) -> tuple[str | None, Path]:
+def _output_folder(
+    overrides: list[str], multirun: bool, hydra_cfg: DictConfig, resuming: bool
+) -> tuple[str | None, Path]:
     """The run (sweep) folder, created before Hydra starts: a new one, made atomically with a ``-2``,
     ``-3`` ... suffix when the timestamped name exists, so two runs never share a folder. A folder the user
-    names (hydra.run.dir=...) is used as given; it only has to be creatable. Returns the override to add
-    (None for a folder the user named) and the folder. ``hydra_cfg``: the first job's ``hydra`` node."""
+    names (hydra.run.dir=...) must be new or empty, and is claimed atomically (two runs started together
+    into it: one is refused), unless ``resuming`` it. Returns the override to add (None for a folder the
+    user named) and the folder. ``hydra_cfg``: the first job's ``hydra`` node."""
     from decpriv.errors import bad
-    from decpriv.report.run_folder import claim_folder
+    from decpriv.report.run_folder import claim_folder, claim_named_folder
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
+    if given is not None and not given.strip("'\" "):
+        raise bad(
+            key,
+            given,
+            "an empty folder name would write into the current folder",
+            f"name a folder or drop {key}",
+        )
     path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
     try:
-        if given is not None:
-            path.mkdir(parents=True, exist_ok=True)
+        if given is not None and resuming:
+            path.mkdir(parents=True, exist_ok=True)  # resume: the earlier run's folder, by design
             return None, path
+        if given is not None:
+            return None, claim_named_folder(path)
         claimed = claim_folder(path)
         return f'{key}="{claimed}"', claimed
+    except ConfigError as error:
+        raise bad(
+            key,
+            str(path),
+            f"a run folder holds one run, and {error}",
+            f"choose a new folder{', or add resume=true to finish that sweep' if multirun else ''}",
+        ) from None
     except OSError as error:
         raise bad(
             key,
@@ -264,25 +331,17 @@ def _output_folder(overrides: list[str], multirun: bool, hydra_cfg: DictConfig) 
 
 def _sweep_summary(sweep: Path, jobs: int) -> None:
     """An interrupted sweep still gets its summary.csv: finished jobs, and the one that was stopped."""
-    from decpriv.report.run_folder import write_csv
-    from decpriv.report.sweep import collect
+    from decpriv.report.sweep import write_summary
 
-    table = collect(sweep, jobs)
-    if not table.empty:
-        write_csv(sweep / "summary.csv", table)
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    write_summary(sweep, jobs)
 
 
 def _run(args: list[str]) -> int:
     # Slurm's scancel and time limit send SIGTERM: stop as Ctrl-C does, so run.json says failed (interrupted).
-    previous = signal.signal(signal.SIGTERM, _interrupted)
-    try:
+    from decpriv.scheduler import stop_on_sigterm
+
+    with stop_on_sigterm():
         return _run_command(args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _stop_code(stop: KeyboardInterrupt) -> tuple[str, int]:
@@ -295,11 +354,12 @@ def _run_command(args: list[str]) -> int:
 
     parsed = get_args_parser().parse_args(args)
     inspecting = parsed.cfg or parsed.info or parsed.help or parsed.hydra_help or parsed.shell_completion
-    folder, path, checked = None, None, False
+    folder, path, checked, resuming, hydra_cfg = None, None, False, False, None
     if not inspecting:
         try:
-            count, swept, hydra_cfg, checked = _precheck(list(parsed.overrides), bool(parsed.multirun))
-            folder, path = _output_folder(list(parsed.overrides), bool(parsed.multirun), hydra_cfg)
+            multirun = bool(parsed.multirun)
+            count, swept, hydra_cfg, checked, resuming = _precheck(list(parsed.overrides), multirun)
+            folder, path = _output_folder(list(parsed.overrides), multirun, hydra_cfg, resuming)
         except ConfigError as error:
             Console(stderr=True, soft_wrap=True).print(
                 f"[bold red]error:[/] {escape(str(error))}", highlight=False
@@ -307,12 +367,18 @@ def _run_command(args: list[str]) -> int:
             return 2
     sys.argv = ["decpriv run", *args, *([folder] if folder else [])]
     from decpriv.report.sweep import SweepSummary
+    from decpriv.scheduler import submitit_sweep
 
     SweepSummary.failed = 0
     SweepSummary.folder = None
     began = datetime.now().replace(microsecond=0)
     try:
-        with _sweep_checked() if parsed.multirun and checked else nullcontext():
+        with (
+            _sweep_checked() if parsed.multirun and checked else nullcontext(),
+            submitit_sweep(path, resuming)
+            if hydra_cfg is not None and _on_submitit(hydra_cfg)
+            else nullcontext(),
+        ):
             _hydra_job()
     except KeyboardInterrupt as stop:
         name, code = _stop_code(stop)
@@ -449,6 +515,11 @@ def _runs(rest: list[str]) -> int:
 def _list(rest: list[str]) -> int:
     from decpriv.report.show import config_options, print_groups
 
+    if rest[:1] in (["-h"], ["--help"]):
+        print(
+            "usage: decpriv list [GROUP ...]   config groups and their options; decpriv list runs: past runs"
+        )
+        return 0
     groups = sorted({group for group, _, _ in config_options()})
     unknown = [g for g in rest if g not in groups]
     if unknown:
@@ -463,6 +534,10 @@ def _show(rest: list[str]) -> int:
     parser.add_argument("run", type=Path)
     parser.add_argument("--rows", type=int, default=10, help="rows shown per table")
     ns = parser.parse_args(rest)
+    if ns.rows < 0:
+        from decpriv.errors import bad
+
+        raise bad("--rows", ns.rows, "is a number of rows", "give 0 or more (0: the titles alone)")
     from decpriv.report.show import show_run
 
     return show_run(ns.run, console, ns.rows)
@@ -482,6 +557,11 @@ def _diff(rest: list[str]) -> int:
         "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
     )
     ns = parser.parse_args(rest)
+    for key in ("rtol", "atol"):
+        if not getattr(ns, key) >= 0:  # a negative tolerance would call equal numbers different
+            from decpriv.errors import bad
+
+            raise bad(f"--{key}", getattr(ns, key), "is a tolerance", "give 0 or more")
     from decpriv.report.show import print_diff
 
     return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)

@@ -29,7 +29,6 @@ from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
-from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Findings
@@ -81,6 +80,14 @@ def build(cfg: DictConfig) -> Setup:
     device = resolve_device(cfg.device)
     network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
     dataset = make(cfg.data, seeds=seeds)
+    if len(dataset.y_train) < network.n:
+        raise bad(
+            "topology.n",
+            network.n,
+            f"the data's training split has {len(dataset.y_train)} samples, fewer than the nodes, so some "
+            "node would hold no data",
+            "use fewer nodes or more data (data.size where the data set has one)",
+        )
     parts = make(cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition"))
     local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
     model = make(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
@@ -226,10 +233,14 @@ def take_prebuilt(cfg: DictConfig) -> Prebuilt | None:
     return prebuilt if prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg) else None
 
 
+GROWTH = 1e3  # a loss that ends this many times above where it started has diverged
+
+
 def check_finite(outcome: Outcome) -> None:
     """Stop a run whose training diverged (a loss column or the final parameters not finite), for
-    protocols that do not call ``Simulation.guard`` each round. Other history columns may be undefined
-    (nan) at some rounds by design."""
+    protocols that do not call ``Simulation.guard`` each round, and warn when a loss ends ``GROWTH`` times
+    above its first value (finite, but diverging). Other history columns may be undefined (nan) at some
+    rounds by design."""
     history = outcome.history
     for column in [c for c in history.columns if "loss" in str(c)]:
         values = pd.to_numeric(history[column], errors="coerce").to_numpy(dtype=float)
@@ -237,6 +248,12 @@ def check_finite(outcome: Outcome) -> None:
         if bad_rows.any():
             first = int(history["round"].to_numpy()[bad_rows.argmax()]) if "round" in history else -1
             raise Diverged(first, column)
+        if len(values) > 1 and values[-1] > GROWTH * max(abs(values[0]), 1e-12):
+            warnings.warn(  # diverging below the overflow: finite, yet no model
+                f"{column} grew from {values[0]:.3g} to {values[-1]:.3g} over the run: training diverged; "
+                "lower protocol.lr",
+                stacklevel=2,
+            )
     if not bool(torch.isfinite(outcome.final).all()):
         last = int(history["round"].max()) if "round" in history and len(history) else -1
         raise Diverged(last, "the final node parameters")
@@ -295,6 +312,10 @@ def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
         group: ("none" if choice is None or (group in PLUGIN_GROUPS and cfg.get(group) is None) else choice)
         for group, choice in sorted(choices.items())
     }
+    for group in PLUGIN_GROUPS:  # a preset's own builder (no option chosen) is recorded by its name
+        target = cfg[group].get("_target_") if isinstance(cfg.get(group), DictConfig) else None
+        if out.get(group) == "none" and target:
+            out[group] = str(target).rsplit(".", 1)[-1]
 
     def walk(node: Any, prefix: str) -> None:
         for key, value in node.items():
@@ -375,8 +396,13 @@ def _pipeline(
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
         report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
+        gap = setup.network.spectral_gap
         report.summary.update(
-            nodes=setup.network.n, edges=len(setup.network.edges), spectral_gap=spectral_gap(setup.network.W)
+            nodes=setup.network.n,
+            edges=len(setup.network.edges),
+            spectral_gap=gap.value,
+            spectral_gap_method=gap.method,
+            spectral_gap_tolerance=gap.tolerance,
         )
         if "tries" in setup.network.graph.graph:
             report.summary["graph_tries"] = setup.network.graph.graph["tries"]

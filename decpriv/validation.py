@@ -111,17 +111,80 @@ def top_level_keys() -> frozenset[str]:
     return frozenset(keys | set(PLUGIN_GROUPS) | {"claim"})  # claim: what a preset reproduces (report)
 
 
-def _non_finite(node: Any, prefix: str) -> tuple[str, float] | None:
-    """The first nan or inf number anywhere in the config (dotted key, value)."""
+FLOAT32_MAX = 3.4028234663852886e38  # models and messages compute in 32-bit floats
+INT64 = 2**63
+MAX_COUNT = 10_000_000  # rounds, steps: 10^7 rounds of the smallest run already take hours
+COUNTS = ("rounds", "eval_every", "local_steps", "gossip_steps")  # protocol keys that count rounds or steps
+
+
+def _unfit(node: Any, prefix: str) -> tuple[str, Any, str] | None:
+    """The first number anywhere in the config that no computation can hold: nan, inf, a float beyond
+    32-bit range, an integer beyond 64 bits (dotted key, value, why)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, float) and not math.isfinite(value):
-            return name, value
-        found = _non_finite(value, name)
+            return name, value, "numbers in a config must be finite"
+        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+            return name, value, "the value overflows the 32-bit floats the models compute in (max 3.4e38)"
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+            return name, value, "the integer does not fit in 64 bits"
+        found = _unfit(value, name)
         if found:
             return found
     return None
+
+
+def _check_counts(protocol: Any) -> None:
+    """Round and step counts are integers in 1..MAX_COUNT (``eval_every`` may be null: about 25 points).
+    0 and negative values are refused, never read as "the default"."""
+    for key in COUNTS:
+        value = protocol.get(key) if protocol is not None else None
+        if value is None or key not in protocol or not isinstance(value, int) or isinstance(value, bool):
+            continue  # absent, null, or a wrong type (the plugin check names the type)
+        if not 1 <= value <= MAX_COUNT:
+            fix = "null (about 25 points) or " if key == "eval_every" else ""
+            raise bad(
+                f"protocol.{key}",
+                value,
+                f"counts rounds or steps: between 1 and {MAX_COUNT:.0e}",
+                f"use {fix}a count in that range",
+            )
+
+
+def check_choices(cfg: DictConfig, choices: dict[str, Any]) -> None:
+    """A group option the config does not build is refused: a preset that builds its own ``topology``
+    (``experiment=elmrini_fig2``) ignores ``topology=ring``, which the run would record as if used."""
+    root = resources.files("decpriv") / "conf"
+    for group in PLUGIN_GROUPS:
+        choice, node = choices.get(group), cfg.get(group)
+        option = root / group / f"{choice}.yaml"
+        if choice is None or not isinstance(node, DictConfig) or not option.is_file():
+            continue
+        chosen = OmegaConf.load(option).get("_target_")
+        if chosen is not None and chosen != node.get("_target_"):
+            preset = f"experiment={choices['experiment']}" if choices.get("experiment") else "the config"
+            raise bad(
+                group,
+                choice,
+                f"{preset} builds its own {group} ({node.get('_target_')}), so this choice would be "
+                "recorded but not used",
+                f"drop {group}={choice}, or set that {group}'s keys ({group}.KEY=VALUE)",
+            )
+
+
+def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
+    """A key set on the command line that the plugin's chosen mode never reads is refused: a plugin
+    declares them with an ``unread(node) -> {key: why}`` attribute on its ``_target_``."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    for group in PLUGIN_GROUPS:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig) or node.get("_target_") is None:
+            continue
+        unread = getattr(get_object(node._target_), "unread", None)
+        for key, why in (unread(node) if unread else {}).items():
+            if f"{group}.{key}" in given:
+                raise bad(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
@@ -134,9 +197,10 @@ def validate(cfg: DictConfig) -> None:
         near = difflib.get_close_matches(unknown[0], sorted(top_level_keys()), n=1)
         hint = f"did you mean {near[0]}?" if near else "`decpriv run --cfg job` shows the keys"
         raise bad(unknown[0], cfg[unknown[0]], "no part of decpriv reads this key", f"remove it ({hint})")
-    found = _non_finite(OmegaConf.to_container(cfg, resolve=True), "")
+    found = _unfit(OmegaConf.to_container(cfg, resolve=True), "")
     if found:
-        raise bad(found[0], found[1], "numbers in a config must be finite", "give a finite number")
+        raise bad(found[0], found[1], found[2], "give a smaller, finite number")
+    _check_counts(cfg.get("protocol"))
     name = cfg.get("name")
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
         raise bad(

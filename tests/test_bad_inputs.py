@@ -363,7 +363,7 @@ def test_a_corrupt_job_is_rerun_by_resume_and_skipped_with_a_warning_by_sweep_re
     (tmp_path / "1" / "run.json").write_text("{not json")
     (tmp_path / "1" / "summary.csv").write_bytes(b'"\x00')
     assert not already_completed(tmp_path / "1", "digest")
-    with pytest.warns(UserWarning, match="skipped job 1: .*summary.csv: unreadable or corrupt"):
+    with pytest.warns(UserWarning, match="skipped job 1: .*run.json: unreadable or corrupt"):
         table = collect(tmp_path)
     assert list(table.job) == ["0"]
 
@@ -376,4 +376,4 @@ def test_slurm_without_its_plugin_names_the_extra(cli):
         pytest.skip("the submitit plugin is installed here")
     proc = cli("run", "-m", "hydra/launcher=slurm", "seed=0")
     assert proc.returncode == 2
-    assert "pip install 'decpriv[slurm]'" in proc.stderr
+    assert "pip install -e '.[slurm]'" in proc.stderr

@@ -1,6 +1,7 @@
 """Which nodes the adversary controls and which messages it can see."""
 
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -133,6 +134,18 @@ def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> Sybi
     )
 
 
+def _unread(node: Any) -> dict[str, str]:
+    """The keys a mode of :func:`choose_adversary` ignores (validation refuses them when set by hand)."""
+    if node.get("sybils") is not None:
+        mode = "with adversary.sybils (two Sybils are placed around the victim)"
+        return {"count": mode, "strategy": mode}
+    rewire = {"rewire": "without adversary.sybils (only Sybils rewire)"}
+    if node.get("nodes"):
+        mode = "with adversary.nodes (the corrupt nodes are listed)"
+        return {"count": mode, "strategy": mode, **rewire}
+    return rewire
+
+
 def choose_adversary(
     network: Network,
     seeds: Seeds,
@@ -186,3 +199,6 @@ def choose_adversary(
         sign = -1 if strategy == "max_degree" else 1
         chosen = np.lexsort((np.arange(n), sign * network.degrees))[:count]
     return Adversary(np.sort(chosen).astype(np.int64), eavesdropper)
+
+
+choose_adversary.unread = _unread

@@ -36,6 +36,13 @@ class Dataset:
 
 
 def _split(name, x, y, test_fraction: float, rng: np.random.Generator, **kw) -> Dataset:
+    if not 0 <= test_fraction < 1:
+        raise bad(
+            "data.test_fraction",
+            test_fraction,
+            "the held-out share of the samples lies in [0, 1)",
+            "use e.g. data.test_fraction=0.25",
+        )
     order = rng.permutation(len(x))
     n_test = int(round(test_fraction * len(x)))
     test, train = order[:n_test], order[n_test:]
@@ -87,6 +94,9 @@ def gaussian_classes(
 
     With the defaults this is Yu 2023's logistic-regression data: means (-1,-1) and (1,1), covariance 0.25 I.
     """
+    for key, value, low in (("size", size, 1), ("dim", dim, 1), ("num_classes", num_classes, 2)):
+        if value < low:  # one class or no feature: a classifier with nothing to tell apart
+            raise bad(f"data.{key}", value, f"must be at least {low}", f"set data.{key} >= {low}")
     rng = seeds.numpy("data.generate")
     y = rng.integers(num_classes, size=size)
     centres = separation * (2.0 * np.arange(num_classes) / max(num_classes - 1, 1) - 1.0)

@@ -8,9 +8,9 @@ plugs in a user's ``fn(graph) -> scipy.sparse``, whose result :func:`check_gossi
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 from decpriv.errors import bad
+from decpriv.graphs.spectrum import gap
 
 
 def _edges_and_degrees(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -118,16 +118,6 @@ def check_gossip_matrix(W: sp.sparray, graph: nx.Graph, tol: float = 1e-9) -> No
 
 
 def spectral_gap(W: sp.sparray) -> float:
-    """1 - |lambda_2|, lambda_2 the second largest eigenvalue modulus of W (gossip converges as exp(-k gap))."""
-    n = W.shape[0]
-    if n <= 1500:
-        dense = W.toarray()
-        sym = np.allclose(dense, dense.T)
-        eig = np.linalg.eigvalsh(dense) if sym else np.linalg.eigvals(dense)
-        moduli = np.sort(np.abs(eig))[::-1]
-    else:
-        W = sp.csr_array(W, dtype=np.float64)
-        sym = abs(W - W.T).max() < 1e-12
-        eig = (spla.eigsh if sym else spla.eigs)(W, k=3, which="LM", return_eigenvectors=False)
-        moduli = np.sort(np.abs(eig))[::-1]
-    return float(1.0 - moduli[1])
+    """1 - |lambda_2|, lambda_2 the second largest eigenvalue modulus of W (gossip converges as exp(-k gap)),
+    dense or by a bounded ARPACK run (:func:`decpriv.graphs.spectrum.gap`; nan when it does not converge)."""
+    return gap(W).value

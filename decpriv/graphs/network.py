@@ -12,6 +12,7 @@ import torch
 
 from decpriv.errors import bad
 from decpriv.graphs.gossip_matrix import check_gossip_matrix
+from decpriv.graphs.spectrum import SpectralGap, gap
 
 
 def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
@@ -28,6 +29,8 @@ def index_nodes(graph: nx.Graph) -> tuple[nx.Graph, list[str]]:
         order = nodes
     mapping = {name: i for i, name in enumerate(order)}
     loops = list(nx.selfloop_edges(graph))
+    if not loops and nodes == list(range(n)):  # already 0..n-1 in order: no copy (two passes over every edge)
+        return graph, [str(name) for name in order]
     if loops:
         warnings.warn(
             f"topology: {len(loops)} self-loop(s) dropped (node {loops[0][0]} first): a node does not gossip "
@@ -83,6 +86,11 @@ class Network:
         """Undirected edges (E, 2) with u < v, sorted."""
         e = np.sort(np.array(self.graph.edges, dtype=np.int64).reshape(-1, 2), axis=1)
         return e[np.lexsort((e[:, 1], e[:, 0]))]
+
+    @cached_property
+    def spectral_gap(self) -> SpectralGap:
+        """W's spectral gap, in closed form for the graph families that have one (graphs.spectrum)."""
+        return gap(self.W, self.graph)
 
     @cached_property
     def degrees(self) -> np.ndarray:

@@ -16,11 +16,22 @@ import numpy as np
 from decpriv.errors import ConfigError, bad
 
 MAX_TRIES = 100
+FAST_GNP = 2000
+
+
+MAX_NODES = 10_000_000  # a networkx graph holds about 1 KB a node and edge: 10^7 nodes fill 10+ GB
 
 
 def _positive_n(n: int, minimum: int = 2) -> None:
     if not isinstance(n, int) or n < minimum:
         raise bad("topology.n", n, f"a graph needs at least {minimum} nodes", f"set topology.n >= {minimum}")
+    if n > MAX_NODES:
+        raise bad(
+            "topology.n",
+            n,
+            "more nodes than a simulation on one machine holds",
+            f"use at most {MAX_NODES:.0e}",
+        )
 
 
 def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Graph:
@@ -36,10 +47,16 @@ def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Gr
     )
 
 
+def _family(graph: nx.Graph, name: str) -> nx.Graph:
+    """Mark the graph's family: its Laplacian spectrum is known in closed form (graphs.spectrum)."""
+    graph.graph["family"] = name
+    return graph
+
+
 def ring(n: int = 16) -> nx.Graph:
     """Cycle graph C_n."""
     _positive_n(n, 3)
-    return nx.cycle_graph(n)
+    return _family(nx.cycle_graph(n), "ring")
 
 
 def line(n: int = 16) -> nx.Graph:
@@ -51,13 +68,13 @@ def line(n: int = 16) -> nx.Graph:
 def complete(n: int = 16) -> nx.Graph:
     """Complete graph K_n: every node talks to every other (the federated / CDP limit)."""
     _positive_n(n)
-    return nx.complete_graph(n)
+    return _family(nx.complete_graph(n), "complete")
 
 
 def star(n: int = 16) -> nx.Graph:
     """Star with node 0 as the server and n-1 clients (federated protocols)."""
     _positive_n(n)
-    return nx.star_graph(n - 1)
+    return _family(nx.star_graph(n - 1), "star")
 
 
 def torus(n: int = 16) -> nx.Graph:
@@ -68,7 +85,7 @@ def torus(n: int = 16) -> nx.Graph:
         lo, hi = side * side, (side + 1) ** 2
         raise bad("topology.n", n, "a torus needs a perfect square", f"use topology.n={lo} or {hi}")
     grid = nx.grid_2d_graph(side, side, periodic=True)
-    return nx.convert_node_labels_to_integers(grid, ordering="sorted")
+    return _family(nx.convert_node_labels_to_integers(grid, ordering="sorted"), "torus")
 
 
 def hypercube(n: int = 16) -> nx.Graph:
@@ -79,7 +96,7 @@ def hypercube(n: int = 16) -> nx.Graph:
         raise bad(
             "topology.n", n, "a hypercube needs a power of two", f"use topology.n={2**k} or {2 ** (k + 1)}"
         )
-    return nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted")
+    return _family(nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted"), "hypercube")
 
 
 def random_regular(n: int = 16, d: int = 4, seed: int = 0) -> nx.Graph:
@@ -97,7 +114,10 @@ def erdos_renyi(n: int = 16, p: float = 0.3, seed: int = 0) -> nx.Graph:
     _positive_n(n)
     if not 0 < p <= 1:
         raise bad("topology.p", p, "an edge probability lies in (0, 1]", "set 0 < topology.p <= 1")
-    return _connected(lambda s: nx.gnp_random_graph(n, p, seed=s), seed, f"G({n}, {p})")
+    # the O(n + m) sampler above FAST_GNP nodes: gnp_random_graph flips all n^2/2 coins (25 s at n = 30000);
+    # the same G(n, p), another draw for a seed, so smaller graphs keep the ones they always had
+    sample = nx.fast_gnp_random_graph if n > FAST_GNP else nx.gnp_random_graph
+    return _connected(lambda s: sample(n, p, seed=s), seed, f"G({n}, {p})")
 
 
 def expander(n: int = 36, seed: int = 0) -> nx.Graph:

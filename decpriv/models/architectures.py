@@ -9,7 +9,19 @@ import math
 import torch
 from torch import nn
 
+from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
+
+
+def _needs_images(name: str, input_shape: tuple[int, ...]) -> None:
+    if len(input_shape) != 3:
+        raise bad(
+            "model",
+            name,
+            f"a convolutional network reads images (channels, height, width), and the data gives inputs of "
+            f"shape {tuple(input_shape)}",
+            "use model=mlp or model=softmax, or image data (data=digits, mnist, cifar10)",
+        )
 
 
 def logistic(
@@ -20,6 +32,13 @@ def logistic(
     init_value: float | None = None,
 ) -> FunctionalModel:
     """Binary logistic regression: one output, sigmoid, binary cross-entropy (labels 0/1)."""
+    if num_classes != 2:
+        raise bad(
+            "model",
+            "logistic",
+            f"binary logistic regression needs two classes, and the data has {num_classes}",
+            "use model=softmax (multinomial) or two-class data (data=breast_cancer, gaussian_classes)",
+        )
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 1, bias=bias))
     return FunctionalModel(module, "binary_cross_entropy", reduction, init_value)
 
@@ -79,6 +98,7 @@ def cnn(
     """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
     side allows), then a hidden linear layer. Sigmoid by default: smooth, so gradient inversion works
     (Zhu et al.'s DLG LeNet uses sigmoid)."""
+    _needs_images("cnn", input_shape)
     act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
     c, side = input_shape[0], input_shape[-1]
     layers: list[nn.Module] = []
@@ -125,6 +145,7 @@ def resnet20(
     GroupNorm replaces BatchNorm so the model has no running statistics: vmap over nodes stays exact and
     every state a node holds is exchanged.
     """
+    _needs_images("resnet20", input_shape)
     layers: list[nn.Module] = [
         nn.Conv2d(input_shape[0], width, 3, 1, 1, bias=False),
         nn.GroupNorm(groups, width),

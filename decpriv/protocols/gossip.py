@@ -9,7 +9,6 @@ mean at rate (1 - gap)^k; with the row-stochastic ``uniform`` W they agree on a 
 import pandas as pd
 import torch
 
-from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.metrics.training import consensus_distance
 from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_dtype, eval_rounds
 
@@ -42,7 +41,7 @@ class GossipAveraging(Protocol):
         x = sim.defense.messages(x0, 0, noise_gen)
         mean = x0.mean(0)
         # Chebyshev acceleration (Montijano et al.): x^{k+1} = w_k (W x^k) + (1 - w_k) x^{k-1}
-        gap = spectral_gap(sim.network.W) if self.accelerated else 0.0
+        gap = sim.network.spectral_gap.value if self.accelerated else 0.0
         lam = 1.0 - gap
         prev, omega = x, 1.0
         rows = []

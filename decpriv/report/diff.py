@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from decpriv.errors import bad
+from decpriv.errors import ConfigError, bad
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.sweep import swept_overrides
+from decpriv.report.sweep import collect, job_folders, job_row, swept_overrides
 
 # Key columns of tables that declare none (report.findings.keyed declares them; run.json keeps them).
 ROW_KEYS = (
@@ -155,12 +155,51 @@ def _comparable(target: Path) -> None:
 
 
 def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0.0) -> list[TableDiff]:
-    """Compare every table the two targets share (and report the ones only one has)."""
+    """Compare every table the two targets share (and report the ones only one has); two sweeps also
+    compare every pair of jobs that ran the same swept values, table by table (``<job>/history``)."""
     a, b = Path(a), Path(b)
     for target in (a, b):
         if not target.exists():
             raise FileNotFoundError(f"{target}: no such run folder or CSV file")
         _comparable(target)
+    diffs = _diff_folders(a, b, rtol, atol)
+    if _is_sweep(a) and _is_sweep(b):
+        keys = _aligning_keys(a, b, collect(a), collect(b), diffs[0].metrics if diffs else set())
+        for label, job_a, job_b in _paired_jobs(a, b, keys):
+            for found in _diff_folders(job_a, job_b, rtol, atol):
+                found.name = f"{label}/{found.name}"
+                diffs.append(found)
+    return diffs
+
+
+def _is_sweep(target: Path) -> bool:
+    return target.is_dir() and not (target / "run.json").is_file()
+
+
+def _paired_jobs(a: Path, b: Path, keys: list[str] | None) -> list[tuple[str, Path, Path]]:
+    """Jobs of two sweeps that ran the same swept values (the same job number without swept keys), as
+    (label, job folder in A, job folder in B): each pair's tables are compared, not only the summaries."""
+
+    def by_key(sweep: Path) -> dict[str, Path]:
+        found = {}
+        for job in job_folders(sweep):
+            try:
+                row = job_row(job).iloc[0]
+            except ConfigError:
+                continue  # unreadable run.json: the summary comparison already shows the job
+            found[";".join(f"{k}={row.get(k)}" for k in keys) if keys else job.name] = job
+        return found
+
+    jobs_a, jobs_b = by_key(a), by_key(b)
+    pairs = []
+    for key in [k for k in jobs_a if k in jobs_b]:
+        ja, jb = jobs_a[key], jobs_b[key]
+        pairs.append((ja.name if ja.name == jb.name else f"{ja.name}~{jb.name}", ja, jb))
+    return pairs
+
+
+def _diff_folders(a: Path, b: Path, rtol: float, atol: float) -> list[TableDiff]:
+    """Every table of two run folders, two sweeps' top folders or two CSV files."""
     ta, tb = _tables(a), _tables(b)
     if a.is_file() and b.is_file():
         tb = {next(iter(ta)): next(iter(tb.values()))}

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict
 
 from decpriv.errors import ConfigError, bad
-from decpriv.report.run_folder import read_status
+from decpriv.report.run_folder import completed_summary, read_status
 
 KEY = "resume"
 
@@ -45,8 +45,11 @@ def _status(folder: Path) -> dict:
 
 
 def already_completed(folder: Path, digest: str) -> bool:
+    """A completed run of this config whose summary.csv is whole (a garbage one is rerun)."""
     meta = _status(folder)
-    return meta.get("status") == "completed" and meta.get("config_digest") == digest
+    if meta.get("config_digest") != digest:
+        return False
+    return completed_summary(folder, meta) is not None
 
 
 def kept_before(sweep: Path, began: datetime, jobs: int) -> int:

@@ -80,6 +80,26 @@ def claim_folder(path: Path | str) -> Path:
     raise FileExistsError(f"{path}: 10000 folders of that name exist; choose another name")
 
 
+CLAIM = ".decpriv-claim"  # marks a folder the user named as taken by one run (or sweep)
+
+
+def claim_named_folder(path: Path | str) -> Path:
+    """Take the folder the user named (``hydra.run.dir=...``) for one run or sweep: created if absent,
+    refused (ConfigError) when it holds anything, a run, a sweep or another run starting now. The claim
+    is a file created with O_EXCL, so of two runs started together exactly one gets the folder."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path / CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        raise ConfigError("it holds another run (or one is starting there)") from None
+    others = [p.name for p in path.iterdir() if p.name != CLAIM]
+    if others:
+        (path / CLAIM).unlink()
+        raise ConfigError(f"it is not empty ({', '.join(sorted(others)[:3])})")
+    return path
+
+
 def write_csv(path: Path, table: pd.DataFrame) -> None:
     write_atomic(path, table.to_csv(index=False, float_format="%.10g", lineterminator="\n"))
 
@@ -100,6 +120,15 @@ class RunFolder:
         self._stop = threading.Event()
 
     def start(self, seed: int, device: str, config_digest: str) -> None:
+        """Mark the run ``running``; an earlier run's tables and pictures in this folder (a resumed job
+        that failed or changed) are removed first, so the folder never shows two runs' files."""
+        if (self.path / "run.json").is_file():
+            for stale in [
+                *self.path.glob("*.csv"),
+                *self.path.glob("plots/**/*.png"),
+                *self.path.glob("*.png"),
+            ]:
+                stale.unlink(missing_ok=True)
         self.meta = {
             "status": "running",
             "config_digest": config_digest,
@@ -210,6 +239,19 @@ def _alive(meta: dict[str, Any]) -> bool:
     return fresh
 
 
+FIELD_TYPES = {  # run.json fields the readers rely on, with their types
+    "status": str,
+    "config_digest": str,
+    "started": str,
+    "heartbeat": str,
+    "host": str,
+    "metrics": list,
+    "wall_seconds": dict,
+    "table_keys": dict,
+    "warnings": list,
+}
+
+
 def read_status(path: Path) -> dict[str, Any]:
     """run.json as a dict (``{}`` without one). A ``running`` run whose process is gone reads as
     ``interrupted``; a corrupt file is refused in one sentence (ConfigError)."""
@@ -222,6 +264,9 @@ def read_status(path: Path) -> dict[str, Any]:
         raise corrupt(file, error) from None
     if not isinstance(meta, dict):
         raise corrupt(file, ValueError("not a JSON object"))
+    wrong = next((k for k, kind in FIELD_TYPES.items() if k in meta and not isinstance(meta[k], kind)), None)
+    if wrong is not None:
+        raise corrupt(file, ValueError(f"field {wrong!r} is {type(meta[wrong]).__name__}"))
     if meta.get("status") == "running" and not _alive(meta):
         meta.update(
             status="interrupted",
@@ -246,3 +291,19 @@ def read_table(file: Path) -> pd.DataFrame:
         raise
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise corrupt(Path(file), error) from None
+
+
+def completed_summary(folder: Path | str, meta: dict[str, Any] | None = None) -> pd.DataFrame | None:
+    """The one-row summary.csv of a run that run.json says completed, or None when it is not completed or
+    its summary is missing, unreadable or not a completed run's (one row, ``status`` completed): a garbage
+    summary.csv never passes for a result (sweep tables, resume)."""
+    folder = Path(folder)
+    meta = read_status(folder) if meta is None else meta
+    if meta.get("status") != "completed":
+        return None
+    try:
+        table = read_table(folder / "summary.csv")
+    except (OSError, ConfigError):
+        return None
+    ok = len(table) == 1 and "status" in table and table["status"].iloc[0] == "completed"
+    return table if ok else None

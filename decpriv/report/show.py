@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from decpriv.errors import ConfigError
@@ -70,7 +71,7 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
     for group, option, text in config_options():
         if only and group not in only:
             continue
-        table.add_row(group if group != last else "", option, text)
+        table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
     console.print(table)
 

@@ -1,21 +1,53 @@
 """Sweep-level summary: one table with every job's summary.csv row (failed jobs included), swept keys first."""
 
 import warnings
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.errors import ConfigError
-from decpriv.report.run_folder import read_status, read_table, write_csv
+from decpriv.report.run_folder import completed_summary, read_status, read_table, write_csv
 
 
 def job_folders(sweep: Path) -> list[Path]:
     """Job folders of a sweep (those with a run.json), in job-number order."""
     found = [p.parent for p in Path(sweep).glob("*/run.json")]
     return sorted(found, key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name))
+
+
+def job_row(job: Path) -> pd.DataFrame:
+    """A job's summary row: its summary.csv when that agrees with run.json (a completed run's one
+    completed row, or a failed run's row), else a row from run.json; a completed run.json beside a
+    missing or garbage summary.csv is a ``corrupt`` job, never a completed one."""
+    meta = read_status(job)
+    status = meta.get("status", "unknown")
+    if status == "completed":
+        table = completed_summary(job, meta)
+        if table is not None:
+            return table.copy()  # one block per dtype: a wide row would warn on insert
+        error = "summary.csv is missing, unreadable or not a completed run's; rerun the job (resume=true)"
+        return pd.DataFrame([{"status": "corrupt", "error": error}])
+    file = job / "summary.csv"
+    with suppress(OSError, ConfigError):
+        table = read_table(file)
+        if len(table) == 1 and "status" in table and table["status"].iloc[0] == status:
+            return table.copy()
+    return pd.DataFrame([{"status": status, "error": meta.get("error"), **_job_overrides(job)}])
+
+
+def _job_overrides(job: Path) -> dict[str, Any]:
+    """The job's own overrides (``seed=1``) from Hydra's ``.hydra/overrides.yaml``: a job stopped before it
+    wrote its summary still names its swept values."""
+    file = job / ".hydra" / "overrides.yaml"
+    with suppress(OSError, ValueError, TypeError, yaml.YAMLError):
+        pairs = [str(o).split("=", 1) for o in yaml.safe_load(file.read_text()) or []]
+        return {key.lstrip("+~"): yaml.safe_load(value) for key, value in (p for p in pairs if len(p) == 2)}
+    return {}
 
 
 def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
@@ -26,13 +58,8 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
     for job in job_folders(sweep):
         if wanted is not None and job.name not in wanted:
             continue
-        file = job / "summary.csv"
         try:
-            if file.is_file():
-                row = read_table(file).copy()  # one block per dtype: a wide row would warn on insert
-            else:
-                meta = read_status(job)
-                row = pd.DataFrame([{"status": meta.get("status", "unknown"), "error": meta.get("error")}])
+            row = job_row(job)
         except ConfigError as error:  # one corrupt job must not hide the others
             warnings.warn(f"skipped job {job.name}: {error}", stacklevel=1)
             continue
@@ -89,6 +116,18 @@ def swept_overrides(sweep: Path) -> list[str]:
     return sweep_plan(list(hydra.overrides.task), sweeper_params(hydra))[1]
 
 
+def write_summary(sweep: Path, jobs: int) -> pd.DataFrame:
+    """``<sweep>/summary.csv``: jobs ``0 .. jobs-1`` (a resumed folder may hold job folders of an earlier,
+    larger grid: they are not this sweep), job, status and the swept keys first; returns the table."""
+    table = collect(sweep, jobs)
+    if table.empty:
+        return table
+    front = ["job", "status", *[k for k in swept_overrides(sweep) if k in table.columns]]
+    table = table[front + [c for c in table.columns if c not in front]]
+    write_csv(sweep / "summary.csv", table)
+    return table
+
+
 class SweepSummary(Callback):
     """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv`` with the swept keys up front."""
 
@@ -99,13 +138,9 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
         jobs = sweep_plan(list(config.hydra.overrides.task), sweeper_params(config.hydra))[0]
-        # A reused sweep folder may hold job folders of an earlier, larger grid: they are not this sweep.
-        table = collect(sweep, jobs)
+        table = write_summary(sweep, jobs)
         if table.empty:
             return
-        front = ["job", "status", *[k for k in swept_overrides(sweep) if k in table.columns]]
-        table = table[front + [c for c in table.columns if c not in front]]
-        write_csv(sweep / "summary.csv", table)
         SweepSummary.failed = int((table["status"] != "completed").sum())
         SweepSummary.folder = sweep
         SweepSummary.jobs = jobs

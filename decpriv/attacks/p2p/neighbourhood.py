@@ -38,6 +38,12 @@ def recorded_rounds(transcript: Transcript) -> np.ndarray:
     return transcript.times[transcript.times[:, 1] == 0, 0]
 
 
+def victims_of_nodes(net: Network, attackers: np.ndarray) -> np.ndarray:
+    """Every honest neighbour of an attacker."""
+    honest = np.setdiff1d(np.arange(net.n), attackers)
+    return honest[(net.adjacency[attackers][:, honest].toarray() > 0).any(0)]
+
+
 def victims_of(view: View) -> tuple[np.ndarray, np.ndarray]:
     """Every honest neighbour of an attacker, with the attacker (lowest index) that attacks it."""
     net, attackers = view.network, view.attackers
@@ -60,7 +66,22 @@ def coverable(network: Network, attackers: np.ndarray, heard: np.ndarray) -> tup
 
 
 def require_neighbours(network: Network, attackers: np.ndarray) -> None:
-    """An attacker with no neighbours receives nothing to attack."""
+    """Corrupt nodes exist, each has neighbours, and some neighbour is honest: else there is nothing to
+    attack (an eavesdropping server owns no node; every node corrupt leaves no victim)."""
+    if attackers.size == 0:
+        raise bad(
+            "adversary.count",
+            0,
+            "this attack is run by corrupt nodes and there is none (adversary=server owns no node)",
+            "use adversary=curious or set adversary.count >= 1",
+        )
+    if not victims_of_nodes(network, attackers).size:
+        raise bad(
+            "adversary.count",
+            int(attackers.size),
+            f"no honest node neighbours the corrupt ones on {network.n} nodes, so there is no victim",
+            f"use fewer corrupt nodes (adversary.count <= {network.n - 1})",
+        )
     lonely = attackers[network.degrees[attackers] == 0]
     if lonely.size:
         raise bad(

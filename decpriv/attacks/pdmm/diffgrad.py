@@ -130,7 +130,7 @@ class DiffGrad(Attack):
             self.form, self.theta if self.theta is not None else context.protocol.theta, "attack"
         )
         rounds = context.protocol.rounds
-        t_max = self.t_max or rounds
+        t_max = rounds if self.t_max is None else self.t_max  # 0 is refused below, not read as null
         if not 4 <= t_max <= rounds:
             raise bad("attack.t_max", self.t_max, f"the run has {rounds} rounds", f"use 4..{rounds} or null")
         if self.round > t_max - 3:
