@@ -377,9 +377,10 @@ def _plot(rest: list[str]) -> int:
     for needed in ("x", "y"):
         if needed not in args:
             raise ConfigError(f"decpriv plot needs {needed}=COLUMN (e.g. x=protocol.lr y=test_accuracy)")
-    name = args.get("table")
+    name, baseline = args.get("table"), None
     if name is None and not (target / "run.json").is_file():
-        table = load_sweep(target).completed
+        sweep = load_sweep(target)
+        table, baseline = sweep.completed, sweep.headline_of(args["y"])
     else:
         file = target / f"{name or 'history'}.csv"
         if not file.is_file():
@@ -395,6 +396,7 @@ def _plot(rest: list[str]) -> int:
         hue,
         _switch("logx", args.get("logx")),
         bool(_switch("logy", args.get("logy"))),
+        baseline,
     )
     default = f"report/plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
     out = Path(args["out"]) if "out" in args else target / default
@@ -433,7 +435,7 @@ def _runs(rest: list[str]) -> int:
     parser.add_argument("--root", type=Path, default=Path("runs"), help="folder to search (default ./runs)")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     ns = parser.parse_args(rest)
-    from decpriv.report.runs_index import index, parse_filters
+    from decpriv.report.runs_index import for_terminal, index, parse_filters
     from decpriv.report.text import markdown_table, print_frame
 
     table = index(ns.root, parse_filters(ns.filters))
@@ -442,7 +444,7 @@ def _runs(rest: list[str]) -> int:
     elif ns.format == "markdown":
         print(markdown_table(table))
     else:
-        print_frame(table, f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
+        print_frame(for_terminal(table), f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
     return 0
 
 

@@ -33,6 +33,7 @@ from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report.findings import Findings
+from decpriv.report.headline import resolve
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import ScopedSeeds, Seeds
@@ -409,7 +410,14 @@ def _pipeline(
             folder.write_table(
                 "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
             )
-        folder.complete({"metrics": list(report.summary)})
+        attack = setup.attack
+        folder.complete(
+            {
+                "metrics": list(report.summary),
+                "attack": attack.name if attack is not None else "none",
+                "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
+            }
+        )
     except BaseException as error:
         folder.fail(error)
         failed = {"status": "failed", "error": error_text(error), **config_columns}

@@ -8,36 +8,83 @@ from rich.console import Console
 from rich.table import Table
 
 from decpriv.errors import ConfigError
+from decpriv.report import headline
+from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.text import fmt, headline_metrics, markdown_table, print_frame
 
 
+def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
+    """metric | value | baseline | beats | against: the attack's declared headline (each beside its
+    no-attack baseline and whether it beats it), then the training metrics the run measured."""
+    rows = []
+    for entry in headline.of_run(meta, summary.to_dict()):
+        base = headline.baseline_value(entry, summary)
+        won = headline.beats(entry, summary.get(entry["metric"]), base)
+        mark = {True: "yes", False: "no"}.get(won, "")
+        rows.append([entry["metric"], summary.get(entry["metric"]), base, mark, entry.get("against", "")])
+    named = {r[0] for r in rows}
+    rows += [[m, summary[m], None, "", ""] for m in headline.TRAINING if m in summary and m not in named]
+    return pd.DataFrame(rows, columns=["metric", "value", "baseline", "beats", "against"])
+
+
+def baselines_line(rows: pd.DataFrame) -> str | None:
+    """``baseline: 97.5% of shuffled membership (higher is better)``: what the baseline column holds."""
+    said = dict.fromkeys(
+        a for a, b in zip(rows["against"], rows["baseline"], strict=True) if a and b is not None
+    )
+    return "baseline: " + "; ".join(said) if said else None
+
+
 def print_headline(run: Path, console: Console) -> None:
-    """The run's headline metrics as a small table, the attack's one-line verdict, then the folder."""
+    """The attack's headline beside its baselines, the training metrics, the verdict, a line when the
+    model has not converged, the pictures, then the folder."""
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
+    rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    metrics = [key for key in meta.get("metrics", []) if key in summary]
-    shown = headline_metrics(metrics)
-    for key in shown:
-        table.add_row(key, fmt(summary[key]))
-    if len(shown) < len(metrics):
-        table.caption = f"{len(metrics) - len(shown)} more in summary.csv (decpriv show)"
+    for column in ("metric", "value", "baseline", "beats"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for row in rows.itertuples(index=False):
+        colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
+        table.add_row(row.metric, fmt(row.value), fmt(row.baseline), f"[{colour}]{row.beats}[/]")
+    metrics = [m for m in meta.get("metrics", []) if m in summary]
+    if len(metrics) > len(rows):
+        table.caption = f"{len(metrics) - len(rows)} more in summary.csv (decpriv show {run})"
     console.print(table)
-    if isinstance(summary.get("verdict"), str):
-        console.print(f"verdict: {summary['verdict']}", highlight=False)
+    for line in [baselines_line(rows), *run_notes(run, summary)]:
+        if line:
+            console.print(line, highlight=False)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)
 
 
+def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
+    """The verdict, a line when the model has not converged, and (``pictures``) the pictures, at most
+    four named, the attack's first."""
+    lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    history = run / "history.csv"
+    note = convergence_note(read_table(history)) if history.is_file() else None
+    lines += [f"[yellow]{note}[/]"] if note else []
+    found = [str(p) for p in _pictures(run)] if pictures else []
+    attack_first = sorted(found, key=lambda p: p.endswith("training.png"))
+    if found:
+        more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+        lines.append("pictures: " + ", ".join(attack_first[:4]) + more)
+    return lines
+
+
+def _pictures(run: Path) -> list[Path]:
+    """The PNGs under ``run`` (relative), not those of ``decpriv report``."""
+    return sorted(p.relative_to(run) for p in run.rglob("*.png") if "report" not in p.relative_to(run).parts)
+
+
 def print_job_line(run: Path, line: str, console: Console) -> None:
-    """One line per finished sweep job: its swept values, wall time and headline metric."""
+    """One line per finished sweep job: its swept values, wall time and the attack's headline."""
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
-    metrics = [m for m in meta.get("metrics", []) if m in summary][:1]
-    shown = "".join(f"  {m}={fmt(summary[m])}" for m in metrics)
+    first = headline.of_run(meta, summary.to_dict())[:1]
+    shown = "".join(f"  {h['metric']}={headline.label(h, summary)}" for h in first)
     seconds = meta.get("wall_seconds", {}).get("total", "?")
     console.print(f"{line}[green]{meta.get('status')}[/] in {seconds}s{shown}", highlight=False)
 
@@ -76,18 +123,38 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
 
 
 def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's summary for reading: job, status, the swept keys, then the headline metrics (those that
-    differ between jobs first), leaving out the config and the statistics' details.
+    """A sweep's summary for reading: job, the swept keys, the attack's headline (each cell beside its
+    baseline: ``0.5675 vs 0.5422 ✓``), the training metrics, then status and the other metrics that
+    differ between jobs; no config columns.
 
-    The swept keys come from multirun.yaml (else the config columns that vary), the metric names from the
-    jobs' run.json files: the jobs' summary.csv files are not read again (the sweep's own holds them all)."""
-    from decpriv.report.aggregate import metrics_and_keys
+    The swept keys come from multirun.yaml (else the config columns that vary), the metric names and the
+    headline from the jobs' run.json files: the jobs' summary.csv files are not read again."""
+    from decpriv.report.aggregate import metrics_and_keys, sweep_headline
 
     names, keys = metrics_and_keys(run, table)
-    headline = headline_metrics(names)
-    varying = [m for m in headline if table[m].nunique(dropna=True) > 1]
-    front = ["job", "status", *keys, *varying, *[m for m in headline if m not in varying]]
+    table = table.copy()
+    lead = []
+    for entry in sweep_headline(run, table):
+        table[entry["metric"]] = [headline.label(entry, row) for _, row in table.iterrows()]
+        lead.append(entry["metric"])
+    training = [m for m in headline.TRAINING if m in names]
+    rest = [m for m in headline_metrics(names) if table[m].nunique(dropna=True) > 1]
+    front = ["job", *keys, *lead, *training, "status", *rest]
     return table[[c for c in dict.fromkeys(front) if c in table]]
+
+
+def _pictures_line(run: Path, sweep: bool) -> str | None:
+    """The run's pictures; for a sweep, each picture name once with the number of jobs that drew it."""
+    found = _pictures(run)
+    if not found:
+        return None
+    if not sweep:
+        return "pictures: " + ", ".join(map(str, found))
+    counts: dict[str, int] = {}
+    for path in found:
+        name = str(Path(*path.parts[1:])) if len(path.parts) > 1 else str(path)
+        counts[name] = counts.get(name, 0) + 1
+    return "pictures in the job folders (<job>/...): " + ", ".join(f"{n} ({c})" for n, c in counts.items())
 
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
@@ -105,28 +172,29 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         )
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
+    sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
         frame = read_table(file)
         title = f"{file.name} ({len(frame)} rows)"
-        if file.stem == "summary" and len(frame) == 1:
-            keys = headline_metrics(meta.get("metrics") or list(frame.columns))
-            verdict = frame["verdict"].iloc[0] if "verdict" in frame else None
-            columns = len(frame.columns)
-            frame = frame[[*[c for c in ("status",) if c in frame], *[k for k in keys if k in frame]]]
-            frame = frame.T.reset_index()
-            frame.columns = ["metric", "value"]
-            title = f"{file.name} (headline; {columns} columns in the file)"
-            print_frame(frame, title, console, len(frame))
-            if isinstance(verdict, str):
-                console.print(f"verdict: {verdict}", highlight=False)
+        if file.stem == "summary" and len(frame) == 1 and "job" not in frame:
+            summary = frame.iloc[0]
+            shown = headline_rows(meta, summary)
+            title = f"{file.name} (headline; {len(frame.columns)} columns in the file)"
+            print_frame(shown.drop(columns="against"), title, console, len(shown))
+            line = baselines_line(shown)
+            if line:
+                console.print(line, highlight=False)
+            for line in run_notes(run, summary, pictures=False):
+                console.print(line, highlight=False)
             continue
         elif file.stem == "summary" and "job" in frame:
+            sweep = True
             frame = _sweep_columns(run, frame)
             title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
         print_frame(frame, title, console, rows, more=f"{file.name}")
-    pictures = sorted(p.relative_to(run) for p in run.rglob("*.png"))
+    pictures = _pictures_line(run, sweep)
     if pictures:
-        console.print("pictures: " + ", ".join(map(str, pictures)), highlight=False)
+        console.print(pictures, highlight=False)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 import re
 
+import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -19,12 +21,18 @@ def headline_metrics(names: list[str]) -> list[str]:
 
 
 def fmt(value: object) -> str:
-    """Six significant digits for floats; an empty cell for a missing value."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    """Six significant digits for floats, ``true``/``false`` for flags (as in an override), an empty
+    cell for a missing value."""
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
         return ""
-    if isinstance(value, float):
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, float | np.floating):
         return f"{value:.6g}"
     return str(value)
+
+
+GAP = 2  # characters between two columns of a table (rich's SIMPLE_HEAD box, no outer edge)
 
 
 def fitting_columns(frame: pd.DataFrame, width: int, rows: int) -> list[str]:
@@ -33,10 +41,10 @@ def fitting_columns(frame: pd.DataFrame, width: int, rows: int) -> list[str]:
     A rich table squeezes every column to fit the terminal, so 80 columns of a sweep's summary become a
     grid of empty cells; dropping the trailing columns keeps the ones shown readable (the first is kept
     whatever its width)."""
-    used, kept = 1, []  # the table's left border
+    used, kept = 0, []
     for column in frame.columns:
         cells = [fmt(v) for v in frame[column].head(rows)]
-        need = max([len(str(column)), *map(len, cells)]) + 3  # padding both sides and the separator
+        need = max([len(str(column)), *map(len, cells)]) + (GAP if kept else 0)
         if kept and used + need > width:
             break
         used += need
@@ -50,7 +58,14 @@ def print_frame(
     """``frame``'s first ``rows`` rows and the leading columns that fit the terminal; the caption says how
     many columns were left out and where to find them (``more``)."""
     columns = fitting_columns(frame, console.width, rows)
-    table = Table(title=title)
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+        title_justify="left",
+    )
     for column in columns:
         table.add_column(str(column), no_wrap=True)
     for _, row in frame[columns].head(rows).iterrows():
@@ -60,6 +75,7 @@ def print_frame(
     notes += [_more(hidden, "column")] if hidden else []
     if notes:
         table.caption = f"{' and '.join(notes)}: {more}"
+        table.caption_justify = "left"
     console.print(table)
 
 

@@ -20,6 +20,7 @@ from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
 from decpriv.metrics.images import psnr, ssim
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
@@ -45,6 +46,15 @@ class Plan:
 
 class KnowledgeMatrix(Attack):
     name = "knowledge_matrix"
+    headline = (
+        Headline(
+            "fraction_reconstructed_honest",
+            "fraction_honest_neighbours",
+            "higher",
+            "the honest nodes the attackers neighbour",
+        ),
+        Headline("median_psnr", "median_mean_image_psnr", "higher", "the mean image (no attack)"),
+    )
 
     def __init__(
         self,
@@ -290,6 +300,8 @@ class KnowledgeMatrix(Attack):
             "fraction_reconstructed": float(reconstructed.mean()),
             "fraction_reconstructed_honest": float(reconstructed[~attacker].mean()),
             "reconstructed_honest": int(reconstructed[~attacker].sum()),
+            # the baseline: an attacker reads each neighbour's first message, whatever the algebra
+            "fraction_honest_neighbours": float((distance[~attacker] == 1).mean()),
             "indistinguishable_groups": int((np.bincount(k.groups) > 1).sum()),
             "max_error_reconstructed": float(err[torch.as_tensor(k.reconstructible)].max())
             if k.reconstructible.any()

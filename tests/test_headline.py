@@ -1,0 +1,100 @@
+"""The attack's headline (decpriv/report/headline.py): declared once per attack, resolved into run.json,
+and read first by every view (the run table, decpriv runs, show, report and plot)."""
+
+import importlib
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import run_cli
+
+from decpriv.attacks.base import Attack
+from decpriv.report.headline import Headline, beats, cell, of_run, resolve
+from decpriv.report.sweep_plots import plot
+
+CONF = Path(__file__).parent.parent / "decpriv" / "conf" / "attack"
+
+
+def test_resolve_expands_views_and_fills_their_baselines():
+    declared = (
+        Headline("mia_*_auc", "mia_*_auc_null_hi", "higher", "shuffled membership"),
+        Headline("recovery_median_cosine", 0.0),
+        Headline("absent_metric", "absent_baseline"),
+        Headline("mia_*_auc", None),  # matches what the first declaration took: not repeated
+    )
+    names = ["train_loss", "mia_received_auc", "mia_received_auc_null_hi", "mia_fl_global_auc"]
+    names += ["recovery_median_cosine"]
+    found = resolve(declared, names)
+    assert [(e["metric"], e["baseline"]) for e in found] == [
+        ("mia_received_auc", "mia_received_auc_null_hi"),
+        ("mia_fl_global_auc", None),  # its null was not measured: no baseline rather than a wrong one
+        ("recovery_median_cosine", 0.0),
+    ]
+    assert beats(found[0], 0.6, 0.55) and not beats(found[0], 0.5, 0.55)
+    assert beats({"better": "lower"}, 0.01, 1.0) and beats(found[0], 0.6, None) is None
+    assert cell(found[0], 0.56754, 0.54215) == "0.5675 vs 0.5422 ✓"
+    assert cell({"better": "lower"}, 2.0, 1.0) == "2 vs 1 ✗"
+    with pytest.raises(ValueError):
+        Headline("x", better="up")
+
+
+def test_a_run_without_a_declared_headline_is_read_by_its_training_metric():
+    meta = {"metrics": ["nodes", "train_loss", "test_accuracy"]}
+    assert [e["metric"] for e in of_run(meta)] == ["test_accuracy"]
+    assert of_run({"metrics": ["train_loss"]})[0]["better"] == "lower"
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_attack_declares_a_headline_with_a_baseline(path):
+    target = yaml.safe_load(path.read_text())["_target_"]
+    module, name = target.rsplit(".", 1)
+    attack = getattr(importlib.import_module(module), name)
+    assert issubclass(attack, Attack) and attack.headline, f"{target} declares no headline"
+    assert any(entry.baseline is not None for entry in attack.headline), target
+
+
+def test_run_table_runs_and_show_lead_with_the_attack(tmp_path):
+    small = ["topology.n=8", "protocol.rounds=5"]
+    proc = run_cli("run", *small, "hydra.run.dir=r", cwd=tmp_path, check=True)
+    meta = json.loads((tmp_path / "r" / "run.json").read_text())
+    summary = pd.read_csv(tmp_path / "r" / "summary.csv").iloc[0]
+    assert meta["attack"] == "mia"
+    entries = meta["headline"]
+    assert entries and all(e["baseline"] == e["metric"] + "_null_hi" for e in entries)
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("│")]
+    first = [r[1] for r in rows]
+    assert first[: len(entries)] == [e["metric"] for e in entries]  # the attack first ...
+    assert first[len(entries)] == "test_accuracy"  # ... then training
+    for entry, row in zip(entries, rows, strict=False):
+        assert float(row[5]) == pytest.approx(summary[entry["baseline"]], rel=1e-5)
+        assert row[7] == ("yes" if summary[entry["metric"]] > summary[entry["baseline"]] else "no")
+    assert "baseline: shuffled membership" in proc.stdout
+    index = run_cli("runs", "--root", str(tmp_path), "--format", "csv", check=True)
+    table = pd.read_csv(io.StringIO(index.stdout))
+    assert list(table.columns[:4]) == ["run", "attack", "headline", "value"]
+    assert table.attack[0] == "mia" and table.headline[0] == entries[0]["metric"]
+    assert table.baseline[0] == pytest.approx(summary[entries[0]["baseline"]])
+
+
+def test_plot_draws_categories_apart_integers_as_integers_and_the_null_band():
+    table = pd.DataFrame(
+        {
+            "topology": ["ring", "torus", "ring", "torus"],
+            "seed": [0, 0, 1, 1],
+            "auc": [0.7, 0.6, 0.72, 0.62],
+            "auc_null_lo": [0.4, 0.4, 0.41, 0.41],
+            "auc_null_hi": [0.55, 0.56, 0.55, 0.56],
+        }
+    )
+    entry = {"metric": "auc", "baseline": "auc_null_hi", "better": "higher", "against": "shuffled"}
+    axis = plot(table, "topology", "auc", baseline=entry).axes[0]
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["ring", "torus"]
+    assert all(line.get_linestyle() == "None" for line in axis.lines if len(line.get_xdata()) == 2)
+    assert len(axis.collections) >= 2  # a band under each category
+    assert any("null 2.5-97.5% (shuffled)" in t.get_text() for t in axis.get_legend().get_texts())
+    axis = plot(table, "seed", "auc", ["topology"], baseline=entry).axes[0]
+    ticks = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
