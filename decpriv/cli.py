@@ -413,7 +413,9 @@ def _report(rest: list[str]) -> int:
     from decpriv.report.text import print_frame
 
     doc, out = report(ns.target)
-    console.print(f"[bold]{doc.title}[/]  " + "; ".join(doc.facts), highlight=False)
+    console.print(f"[bold]{doc.title}[/]", highlight=False)
+    for fact in doc.facts:
+        console.print(fact, highlight=False)
     for caption, table in doc.tables:
         print_frame(table, caption, console, more="report.md")
     if doc.claim is not None:
@@ -483,10 +485,11 @@ def _diff(rest: list[str]) -> int:
     parser.add_argument(
         "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
     )
+    parser.add_argument("--brief", action="store_true", help="print only the one-line verdict")
     ns = parser.parse_args(rest)
     from decpriv.report.show import print_diff
 
-    return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)
+    return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format, ns.brief)
 
 
 COMMANDS = {"list": _list, "show": _show, "diff": _diff, "report": _report, "plot": _plot, "runs": _runs}

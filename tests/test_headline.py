@@ -98,3 +98,20 @@ def test_plot_draws_categories_apart_integers_as_integers_and_the_null_band():
     axis = plot(table, "seed", "auc", ["topology"], baseline=entry).axes[0]
     ticks = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_a_run_that_has_not_converged_says_so_in_one_line():
+    from decpriv.report.convergence import convergence_note
+
+    rounds = list(range(0, 100, 5))
+    settled = pd.DataFrame({"round": rounds, "train_loss": [1 / (r + 1) + 0.3 for r in rounds]})
+    settled["consensus_distance"] = [0.0] + [0.2 / (1 + r) for r in rounds[1:]]
+    assert convergence_note(settled) is None
+    falling = settled.assign(train_loss=[2.0 - r / 100 for r in rounds])  # 1.2 -> 1.05 over rounds 80-95
+    note = convergence_note(falling)
+    assert note == (
+        "not converged: train_loss still fell 12% over rounds 80-95 (more rounds, or a smaller learning rate)."
+    )
+    drifting = settled.assign(consensus_distance=[0.0, 0.5, 0.3] + [0.3 * 1.3**i for i in range(17)])
+    assert "consensus distance grew from 0.3 to" in convergence_note(drifting)
+    assert "\n" not in convergence_note(drifting)

@@ -198,8 +198,12 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
     return 0
 
 
-def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, form: str = "table") -> int:
-    """Print the differences (``form``: rich ``table``, ``csv`` or ``markdown``); 0 equal, 1 differ, 2 bad path."""
+def print_diff(
+    a: Path, b: Path, rtol: float, atol: float, console: Console, form: str = "table", brief: bool = False
+) -> int:
+    """Print the differences (``form``: ``table`` for reading, ``csv`` or ``markdown`` for CI); 0 equal,
+    1 differ, 2 bad path. A table opens with the config that differs, then the metrics (the attack's
+    headline first), then one line per other table, then a one-line verdict (``brief``: only that)."""
     try:
         diffs = diff_paths(a, b, rtol, atol)
     except (FileNotFoundError, ConfigError) as error:
@@ -213,32 +217,86 @@ def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, for
         else:
             print(markdown_table(rows) if len(rows) else f"equal within rtol={rtol} atol={atol}")
         return 1 if differ else 0
-    for d in differ:
-        console.print(f"[bold]{d.name}[/]  (rows keyed on {', '.join(d.keys) or 'table'})", highlight=False)
-        for label, frame, colour in (("only in A", d.removed, "red"), ("only in B", d.added, "green")):
-            if not frame.empty:
-                console.print(
-                    f"  [{colour}]{label}:[/] "
-                    + "; ".join(
-                        ", ".join(f"{k}={v}" for k, v in zip(frame.columns, r, strict=True))
-                        for r in frame.itertuples(index=False)
-                    ),
-                    highlight=False,
-                )
-        if d.removed_columns or d.added_columns:
-            console.print(
-                f"  columns only in A: {d.removed_columns}  only in B: {d.added_columns}", highlight=False
-            )
-        if not d.changed.empty:
-            table = Table(show_header=True)
-            for column in d.changed.columns:
-                table.add_column(str(column))
-            for _, row in d.changed.iterrows():
-                # metric changes beyond tolerance are what a reader looks for; config changes explain them
-                style = "bold yellow" if row["column"] in d.metrics else "cyan"
-                table.add_row(*[fmt(v) for v in row], style=style)
-            console.print(table)
+    summary = next((d for d in differ if d.name == "summary"), None)
+    config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
+    if not brief:
+        console.print(f"A: [bold]{a}[/]\nB: [bold]{b}[/]", highlight=False)
+        for title, frame in (("config that differs", config), ("metrics that differ", metrics)):
+            if len(frame):
+                print_frame(frame, f"{title} ({len(frame)})", console, rows=20, more="--format csv")
+        for d in differ:
+            line = _table_line(d, cells=d.name != "summary")
+            if not line.endswith(": "):
+                console.print(line, highlight=False, soft_wrap=True)
+    console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
+    return 1 if differ else 0
+
+
+def _headline_names(target: Path) -> list[str]:
+    """The attack's headline metrics of a run (or of a sweep's first job): shown first among metrics."""
+    folder = (
+        target if (target / "run.json").is_file() else next(iter(sorted(target.glob("*/run.json"))), None)
+    )
+    if folder is None or target.is_file():
+        return []
+    folder = folder if folder.is_dir() else folder.parent
+    return [entry["metric"] for entry in headline.of_run(read_status(folder))]
+
+
+def _summary_parts(d, first: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The summary's changed cells split in two tables: config keys and metrics (headline first), each
+    ``[job key,] name, A, B`` (metrics with their relative difference)."""
+    changed = d.changed.copy()
+    keyed = d.keys != ["row"]
+    if keyed:
+        changed.insert(0, "jobs", [";".join(f"{k}={r[k]}" for k in d.keys) for _, r in changed.iterrows()])
+    lead = ["jobs"] if keyed else []
+    is_metric = changed["column"].isin(d.metrics)
+    config = changed[~is_metric].rename(columns={"column": "key", "a": "A", "b": "B"})
+    metrics = changed[is_metric].rename(columns={"column": "metric", "a": "A", "b": "B"})
+    rank = {name: i for i, name in enumerate(first)}
+    metrics = metrics.sort_values("metric", key=lambda c: c.map(rank).fillna(len(rank)), kind="stable")
+    return config[[*lead, "key", "A", "B"]], metrics[[*lead, "metric", "A", "B", "rel_diff"]]
+
+
+def _table_line(d, cells: bool = True) -> str:
+    """One line for a table: how much differs (``cells``: the changed cells too; details: --format
+    csv), the rows only one side has named by their keys (up to five)."""
+    parts = []
+    if cells and not d.changed.empty:
+        columns = list(dict.fromkeys(d.changed["column"]))
+        named = ", ".join(columns[:4]) + (f" and {len(columns) - 4} more" if len(columns) > 4 else "")
+        parts.append(f"{len(d.changed)} cell(s) differ in {named}")
+    for what, frame in (("only in A", d.removed), ("only in B", d.added)):
+        if "table" in frame:
+            parts.append(f"the table is {what}")
+        elif 0 < len(frame) <= 5:
+            named = [
+                ", ".join(f"{k}={v}" for k, v in zip(frame.columns, r, strict=True))
+                for r in frame.itertuples(index=False)
+            ]
+            parts.append(f"{what}: " + "; ".join(named))
+        elif len(frame):
+            parts.append(f"{len(frame)} row(s) {what}")
+    for what, columns in (("only in A", d.removed_columns), ("only in B", d.added_columns)):
+        if columns:
+            parts.append(f"column(s) {what}: {', '.join(columns)}")
+    return f"{d.name}.csv: " + "; ".join(parts)
+
+
+def _verdict(
+    differ: list, config: pd.DataFrame, metrics: pd.DataFrame, rtol: float, atol: float, n: int
+) -> str:
+    """``differ: 2 config key(s), 31 metric(s), 4 other table(s)`` or ``equal within ...``."""
     if not differ:
-        console.print(f"equal within rtol={rtol} atol={atol}: {len(diffs)} table(s)", highlight=False)
-        return 0
-    return 1
+        return f"equal within rtol={rtol} atol={atol}: {n} table(s)"
+    others = [d for d in differ if d.name != "summary"]
+    summary = next((d for d in differ if d.name == "summary"), None)
+    parts = [f"{len(config)} config key(s)"] if len(config) else []
+    if summary is not None and (len(summary.added) or len(summary.removed)):
+        parts.append(f"{len(summary.removed)} job(s) only in A, {len(summary.added)} only in B")
+    if len(metrics):
+        first = metrics.iloc[0]  # the attack's headline when it changed
+        parts.append(f"{len(metrics)} metric(s) ({first['metric']} {fmt(first['A'])} -> {fmt(first['B'])})")
+    parts += [f"{len(others)} other table(s)"] if others else []
+    return "differ: " + ", ".join(parts or ["the tables"]) + f" (rtol={rtol} atol={atol})"

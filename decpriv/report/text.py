@@ -33,6 +33,7 @@ def fmt(value: object) -> str:
 
 
 GAP = 2  # characters between two columns of a table (rich's SIMPLE_HEAD box, no outer edge)
+CELL = 48  # characters: a longer cell (a verdict in a table) ends in "…"; the header is never cut
 
 
 def fitting_columns(frame: pd.DataFrame, width: int, rows: int) -> list[str]:
@@ -43,8 +44,8 @@ def fitting_columns(frame: pd.DataFrame, width: int, rows: int) -> list[str]:
     whatever its width)."""
     used, kept = 0, []
     for column in frame.columns:
-        cells = [fmt(v) for v in frame[column].head(rows)]
-        need = max([len(str(column)), *map(len, cells)]) + (GAP if kept else 0)
+        cells = [min(len(fmt(v)), CELL) for v in frame[column].head(rows)]
+        need = max([len(str(column)), *cells]) + (GAP if kept else 0)
         if kept and used + need > width:
             break
         used += need
@@ -58,25 +59,21 @@ def print_frame(
     """``frame``'s first ``rows`` rows and the leading columns that fit the terminal; the caption says how
     many columns were left out and where to find them (``more``)."""
     columns = fitting_columns(frame, console.width, rows)
-    table = Table(
-        title=title,
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
-        title_justify="left",
-    )
+    # the title and caption on lines of their own: as a table's title rich wraps them to its width
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for column in columns:
-        table.add_column(str(column), no_wrap=True)
+        table.add_column(
+            str(column), no_wrap=True, overflow="ellipsis", max_width=max(CELL, len(str(column)))
+        )
     for _, row in frame[columns].head(rows).iterrows():
         table.add_row(*[fmt(v) for v in row])
     hidden = len(frame.columns) - len(columns)
     notes = [_more(len(frame) - rows, "row")] if len(frame) > rows else []
     notes += [_more(hidden, "column")] if hidden else []
-    if notes:
-        table.caption = f"{' and '.join(notes)}: {more}"
-        table.caption_justify = "left"
+    console.print(title, highlight=False)
     console.print(table)
+    if notes:
+        console.print(f"{' and '.join(notes)}: {more}", highlight=False)
 
 
 def _more(count: int, what: str) -> str:
