@@ -51,6 +51,7 @@ CASES = {
             "topology=karate",
             *DPSGD,
             "attack=state_override",
+            "data=digits",
             "attack.rushing=true",
             "attack.target=zeros",
             "adversary.nodes=[0,33]",
