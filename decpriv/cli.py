@@ -47,6 +47,21 @@ Examples:  decpriv run topology=torus protocol.rounds=50
            decpriv report sw && decpriv plot sw x=protocol.lr y=test_accuracy hue=topology"""
 
 
+PLOT_HELP = """usage: decpriv plot SWEEP|RUN x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME] [logx=true|false]
+                    [logy=true|false] [out=FILE]
+
+A metric against a key, mean and std over seeds. A sweep's attack headline metric is drawn with its
+baseline (the 95% band of a shuffled null, or the baseline's line); text x (topology) as categories,
+integer x (seed) with integer ticks. table=NAME plots a run's NAME.csv (default history).
+
+  x, y      columns of the sweep's summary (or of the table)
+  hue       one line per value (several keys: one per combination)
+  logx/logy log axes (logx defaults to true for positive x spanning two decades)
+  out       the PNG to write (default SWEEP/report/plots/<y>_vs_<x>.png)
+
+Example: decpriv plot runs/multirun/sw x=topology y=mia_received_auc hue=seed"""
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> None:
     # Parallel launchers pickle this function by value: it must not close over module state (locks).
@@ -81,7 +96,7 @@ def _hydra_job(cfg: DictConfig) -> None:
 
     if not multirun:
         print_headline(out, Console())
-    elif terminal:
+    else:  # one line per job, in a terminal or a log
         print_job_line(out, line, Console())
 
 
@@ -367,6 +382,9 @@ def _plot(rest: list[str]) -> int:
     from decpriv.report.run_folder import RunFolder, read_table
     from decpriv.report.sweep_plots import plot
 
+    if rest[:1] in (["-h"], ["--help"]):
+        print(PLOT_HELP)
+        return 0
     if not rest or "=" in rest[0]:
         raise ConfigError("decpriv plot needs a sweep or run folder first: decpriv plot SWEEP x=KEY y=METRIC")
     target = Path(rest[0])
@@ -538,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
             f"[bold red]error:[/] {escape(str(error))}", highlight=False
         )
         return 2
+    except BrokenPipeError:
+        raise  # output piped into `head`: entry() stops quietly
     except OSError as error:
         if error.errno is None:  # decpriv's own "no such run folder"
             Console(stderr=True, soft_wrap=True).print(

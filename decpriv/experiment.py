@@ -32,6 +32,7 @@ from decpriv.errors import ConfigError, Diverged, bad
 from decpriv.graphs.gossip_matrix import spectral_gap
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
+from decpriv.report import progress
 from decpriv.report.findings import Findings
 from decpriv.report.headline import resolve
 from decpriv.report.plots import training_curves
@@ -345,6 +346,7 @@ def _recording(folder: RunFolder):
 
     def record(message, category, filename, lineno, file=None, line=None):
         folder.warn(str(message))
+        progress.log.warning("%s", message)
         shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = record
@@ -361,14 +363,15 @@ def _pipeline(
 ) -> Path:
     try:
         if prebuilt is None:
-            with folder.phase("build"):
+            with progress.phase(folder, "build", show_progress):
                 setup = build_explained(cfg, choices)
         else:
             for caught in prebuilt.warnings:
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
             setup = prebuilt.setup
             folder.timings["build"] = round(prebuilt.seconds, 4)
-        with folder.phase("simulate"):
+            progress.log.info("build: %.2f s (before the run folder was made)", prebuilt.seconds)
+        with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
         report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
@@ -383,15 +386,15 @@ def _pipeline(
         )
         truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
         if setup.attack is not None:
-            with folder.phase("attack"):
+            with progress.phase(folder, "attack", show_progress, setup.attack.name):
                 # the one door to ground truth: an attack configured as the paper's oracle (marked in its table)
                 findings = setup.attack.run(replace(view, oracle=truth) if setup.attack.oracle else view)
-            with folder.phase("evaluate"):
+            with progress.phase(folder, "evaluate", show_progress):
                 report.merge(setup.attack.evaluate(findings, truth, view))
         if setup.accountant is not None:
-            with folder.phase("account"):
+            with progress.phase(folder, "account", show_progress):
                 report.merge(setup.accountant.account(setup))
-        with folder.phase("write"):
+        with progress.phase(folder, "write", show_progress):
             # pictures first: a drawing that fails leaves no table behind that looks complete
             for relative, drawing in report.figures.items() if cfg.plots else ():
                 figure = drawing()

@@ -1,0 +1,35 @@
+"""What a run says while it works: on a terminal, a live status for the attack phase (the simulation has
+its own bar); otherwise one line per phase with its time on stderr. Every phase, its time and every
+warning also land in the run folder's job log (``decpriv.log``, Hydra's job logging)."""
+
+import logging
+import sys
+import time
+from contextlib import contextmanager
+
+from rich.console import Console
+
+from decpriv.report.run_folder import RunFolder
+
+log = logging.getLogger("decpriv")
+
+
+@contextmanager
+def phase(folder: RunFolder, name: str, terminal: bool, label: str = ""):
+    """Time one pipeline step into run.json (``RunFolder.phase``) and report it: a spinner with the
+    elapsed time on a terminal for the attack, a line ``decpriv: <phase> <seconds> s`` on stderr when
+    the output is not a terminal, and a log record either way."""
+    begin = time.perf_counter()
+    log.info("%s: started%s", name, f" ({label})" if label else "")
+    status = Console(stderr=True).status(f"{name} {label}".strip()) if terminal and name == "attack" else None
+    with folder.phase(name), status if status is not None else _nothing():
+        yield
+    seconds = time.perf_counter() - begin
+    log.info("%s: %.2f s", name, seconds)
+    if not terminal and not sys.stderr.isatty():
+        print(f"decpriv: {name} {seconds:.2f} s", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _nothing():
+    yield
