@@ -62,7 +62,7 @@ CONFIG_CASES = [
     (["run", "attack=knowledge_matrix"], 2, "protocol.batch_size", "dsgd_default"),
     (["run", "protocol=gossip", "attack=diffgrad"], 2, "protocol", "gossip_default"),
     (["run", "protocol=pdmm", "defense=muffliato"], 2, "defense", "pdmm_default"),
-    (["run", "data=mnist"], 2, "data.root", "dsgd_default"),
+    (["run", "data=mnist", "data.root=plain_file/mnist"], 2, "data.root", "dsgd_default"),
     (["run", "-m", "attack=mia,knowledge_matrix"], 2, "protocol.batch_size", None),
     # a hint appears only when the default attack is the cause
     (["run", "topology=torus", "topology.n=10"], 2, "topology.n=10", "~attack"),
