@@ -131,3 +131,18 @@ def test_the_default_run_shows_an_attack_that_beats_its_baseline(tmp_path):
     assert summary.test_accuracy > 0.85 and "not converged" not in proc.stdout
     assert "membership inferred from 2 of 2 view(s)" in " ".join(proc.stdout.split())
     assert (tmp_path / "r" / "plots" / "mia_vs_generalisation.png").stat().st_size > 20_000
+
+
+def test_list_is_one_line_an_option_at_80_columns_and_whole_for_a_group():
+    from rich.console import Console
+
+    from decpriv.report.show import config_options, print_groups
+
+    stream = io.StringIO()
+    print_groups(Console(file=stream, width=80))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 + len(config_options()) and max(map(len, lines)) <= 80
+    stream = io.StringIO()
+    print_groups(Console(file=stream, width=80), ["data"])
+    text = " ".join(stream.getvalue().split())
+    assert "downloaded on first use by torchvision (its mirrors and md5 checksums) into data.root" in text

@@ -4,6 +4,7 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -12,7 +13,7 @@ from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import fmt, headline_metrics, markdown_table, print_frame
+from decpriv.report.text import GAP, fmt, headline_metrics, markdown_table, print_frame
 
 
 def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
@@ -102,21 +103,29 @@ def config_options() -> list[tuple[str, str, str]]:
     found = []
     for path in sorted(Path(str(root)).rglob("*.yaml")):
         rel = path.relative_to(Path(str(root)))
-        if rel.parent == Path("."):
+        if rel.parent == Path(".") or rel.parent == Path("hydra/job_logging"):  # not a user's choice
             continue
         found.append((str(rel.parent), rel.stem, _first_comment(path.read_text())))
     return found
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option (or those of the groups in ``only``), one line each."""
-    table = Table(title="decpriv config groups (choose with group=option)")
-    for column in ("group", "option", "description"):
-        table.add_column(column)
+    """Every config group and option, one line each, descriptions cut to the terminal's width; with
+    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions."""
+    rows = [row for row in config_options() if not only or row[0] in only]
+    if not rows:
+        return
+    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
+    room = max(console.width - sum(widths) - 2 * GAP, 10)  # what is left for the description
+    if not only:
+        console.print("decpriv config groups (group=option; whole descriptions: decpriv list GROUP)")
+        rows = [(g, o, t if len(t) <= room else t[: room - 1] + "…") for g, o, t in rows]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for name, width in zip(("group", "option"), widths, strict=True):
+        table.add_column(name, no_wrap=True, min_width=width)
+    table.add_column("description", overflow="fold")
     last = None
-    for group, option, text in config_options():
-        if only and group not in only:
-            continue
+    for group, option, text in rows:
         table.add_row(group if group != last else "", option, text)
         last = group
     console.print(table)
