@@ -71,7 +71,7 @@ def test_run_table_runs_and_show_lead_with_the_attack(tmp_path):
     for entry, row in zip(entries, rows, strict=False):
         assert float(row[5]) == pytest.approx(summary[entry["baseline"]], rel=1e-5)
         assert row[7] == ("yes" if summary[entry["metric"]] > summary[entry["baseline"]] else "no")
-    assert "baseline: shuffled membership" in proc.stdout
+    assert "baseline: 97.5% point of a shuffled-membership null" in proc.stdout
     index = run_cli("runs", "--root", str(tmp_path), "--format", "csv", check=True)
     table = pd.read_csv(io.StringIO(index.stdout))
     assert list(table.columns[:4]) == ["run", "attack", "headline", "value"]
@@ -94,7 +94,7 @@ def test_plot_draws_categories_apart_integers_as_integers_and_the_null_band():
     assert [t.get_text() for t in axis.get_xticklabels()] == ["ring", "torus"]
     assert all(line.get_linestyle() == "None" for line in axis.lines if len(line.get_xdata()) == 2)
     assert len(axis.collections) >= 2  # a band under each category
-    assert any("null 2.5-97.5% (shuffled)" in t.get_text() for t in axis.get_legend().get_texts())
+    assert any("its null, 2.5-97.5%" in t.get_text() for t in axis.get_legend().get_texts())
     axis = plot(table, "seed", "auc", ["topology"], baseline=entry).axes[0]
     ticks = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)

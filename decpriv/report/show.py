@@ -51,10 +51,11 @@ def print_headline(run: Path, console: Console) -> None:
         colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
         table.add_row(row.metric, fmt(row.value), fmt(row.baseline), f"[{colour}]{row.beats}[/]")
     metrics = [m for m in meta.get("metrics", []) if m in summary]
-    if len(metrics) > len(rows):
-        table.caption = f"{len(metrics) - len(rows)} more in summary.csv (decpriv show {run})"
+    more = (
+        f"{len(metrics) - len(rows)} more in summary.csv (decpriv show)" if len(metrics) > len(rows) else None
+    )
     console.print(table)
-    for line in [baselines_line(rows), *run_notes(run, summary)]:
+    for line in [more, baselines_line(rows), *run_notes(run, summary)]:
         if line:
             console.print(line, highlight=False)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)

@@ -82,7 +82,7 @@ def plot(
     words = ""
     if band is not None:
         what = baseline.get("against") or str(baseline["baseline"])
-        words = f"null 2.5-97.5% ({what})" if band[0] != band[1] else f"baseline: {what}"
+        words = "its null, 2.5-97.5%" if band[0] != band[1] else f"baseline: {what}"
     return metric_plot(data, x, y, hue_column, logx=logx, logy=logy, title=title, band=band, band_label=words)
 
 

@@ -369,7 +369,12 @@ class MembershipInference(Attack):
 
     name = "mia"
     headline = tuple(  # the plain view first, then the marginalised, then the others (auto, FedAvg's)
-        Headline(f"mia_{view}_auc", f"mia_{view}_auc_null_hi", "higher", "shuffled membership")
+        Headline(
+            f"mia_{view}_auc",
+            f"mia_{view}_auc_null_hi",
+            "higher",
+            "97.5% point of a shuffled-membership null",
+        )
         for view in ("received", "marginalised", "*")
     )
 
