@@ -33,3 +33,22 @@ def test_help_texts_open_with_decpriv():
     assert first.startswith("decpriv run [OVERRIDES] [-m]") and "Hydra" not in first
     plot = run_cli("plot", "--help", check=True)
     assert plot.stdout.startswith("usage: decpriv plot SWEEP|RUN x=KEY y=METRIC")
+
+
+def test_a_sweep_in_a_log_prints_one_line_a_job_with_its_headline(tmp_path):
+    proc = run_cli(
+        "run",
+        "-m",
+        "seed=0,1",
+        "protocol.rounds=2",
+        "topology.n=6",
+        "hydra.sweep.dir=sw",
+        cwd=tmp_path,
+        check=True,
+    )
+    jobs = [line for line in proc.stdout.splitlines() if line.startswith("job ")]
+    assert len(jobs) == 2 and "decpriv: simulate" not in proc.stderr
+    for k, line in enumerate(jobs):
+        assert re.fullmatch(
+            rf"job {k} of 2  seed={k}  completed in \d+\.\d s  mia_received_auc=[\d.]+ vs [\d.]+ [✓✗]", line
+        ), line

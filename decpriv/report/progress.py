@@ -26,8 +26,16 @@ def phase(folder: RunFolder, name: str, terminal: bool, label: str = ""):
         yield
     seconds = time.perf_counter() - begin
     log.info("%s: %.2f s", name, seconds)
-    if not terminal and not sys.stderr.isatty():
+    if not terminal and not sys.stderr.isatty() and not _sweep_job():  # a sweep job prints its own line
         print(f"decpriv: {name} {seconds:.2f} s", file=sys.stderr, flush=True)
+
+
+def _sweep_job() -> bool:
+    """Whether this run is one job of a Hydra multirun."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 @contextmanager

@@ -87,8 +87,9 @@ def print_job_line(run: Path, line: str, console: Console) -> None:
     summary = read_table(run / "summary.csv").iloc[0]
     first = headline.of_run(meta, summary.to_dict())[:1]
     shown = "".join(f"  {h['metric']}={headline.label(h, summary)}" for h in first)
-    seconds = meta.get("wall_seconds", {}).get("total", "?")
-    console.print(f"{line}[green]{meta.get('status')}[/] in {seconds}s{shown}", highlight=False)
+    seconds = meta.get("wall_seconds", {}).get("total")
+    took = f"{seconds:.1f}" if isinstance(seconds, int | float) else "?"
+    console.print(f"{line}[green]{meta.get('status')}[/] in {took} s{shown}", highlight=False, soft_wrap=True)
 
 
 def _first_comment(text: str) -> str:
