@@ -335,7 +335,7 @@ def run(
         str(cfg.get("device")),
         config_digest(config_columns),
     )
-    with warnings.catch_warnings(), _recording(folder):
+    with warnings.catch_warnings(), _recording(folder), progress.job_log(folder.path):
         return _pipeline(cfg, folder, config_columns, choices or {}, show_progress, prebuilt)
 
 

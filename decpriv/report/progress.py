@@ -1,17 +1,39 @@
 """What a run says while it works: on a terminal, a live status for the attack phase (the simulation has
 its own bar); otherwise one line per phase with its time on stderr. Every phase, its time and every
-warning also land in the run folder's job log (``decpriv.log``, Hydra's job logging)."""
+warning also land in the run folder's job log, ``decpriv.log``, in the format of Hydra's job logs.
+
+The log is a handler on the ``decpriv`` logger for the run's duration, not Hydra's job logging: that
+reconfigures the whole process's logging (``logging.config.dictConfig`` closes every existing handler),
+which a notebook or test calling decpriv in-process would lose."""
 
 import logging
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 
 from decpriv.report.run_folder import RunFolder
 
 log = logging.getLogger("decpriv")
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log format
+
+
+@contextmanager
+def job_log(folder: Path):
+    """Records of the ``decpriv`` logger go to ``folder/decpriv.log`` while the block runs."""
+    handler = logging.FileHandler(folder / "decpriv.log", delay=True)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        handler.close()
 
 
 @contextmanager
