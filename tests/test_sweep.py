@@ -86,6 +86,12 @@ def test_report_writes_tables_pictures_and_a_self_contained_page(sweep):
     for link in re.findall(r"\]\((plots/[^)]+)\)", markdown):
         assert (out / link).is_file()
     assert "| ring | 0.3 | 2 |" in markdown
+    # the attack's headline is drawn first, each metric with its null band
+    links = re.findall(r"\]\((plots/[^)]+)\)", markdown)
+    assert links[:2] == [
+        "plots/mia_received_auc_vs_protocol.lr.png",
+        "plots/mia_marginalised_auc_vs_protocol.lr.png",
+    ]
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:

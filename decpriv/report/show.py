@@ -13,7 +13,7 @@ from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import GAP, fmt, headline_metrics, markdown_table, print_frame
+from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
 
 
 def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
@@ -149,7 +149,7 @@ def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
         table[entry["metric"]] = [headline.label(entry, row) for _, row in table.iterrows()]
         lead.append(entry["metric"])
     training = [m for m in headline.TRAINING if m in names]
-    rest = [m for m in headline_metrics(names) if table[m].nunique(dropna=True) > 1]
+    rest = [m for m in without_details(names) if table[m].nunique(dropna=True) > 1]
     front = ["job", *keys, *lead, *training, "status", *rest]
     return table[[c for c in dict.fromkeys(front) if c in table]]
 

@@ -11,12 +11,12 @@ from rich.table import Table
 DETAIL = re.compile(
     r"(_min|_max|_median|_tpr_at_0\.1pct_fpr|_max_advantage)(_null_\w+|_p_value|_above_null)?$"
     r"|_null_mean$|_null_lo$|_p_value$|_above_null$|_fpr_null_hi$"
-)  # kept for the table, not the headline (a statistic shows beside its null's 97.5th percentile)
+)  # kept in the tables, not in a sweep's columns (a statistic shows beside its null's 97.5th percentile)
 
 
-def headline_metrics(names: list[str]) -> list[str]:
-    """The metrics a run's headline shows: not the statistics' details (:data:`DETAIL`), nor the attack's
-    verdict, which prints on a line of its own."""
+def without_details(names: list[str]) -> list[str]:
+    """The metrics worth a column of their own: not the statistics' details (:data:`DETAIL`), nor the
+    attack's verdict, which prints on a line of its own."""
     return [name for name in names if not DETAIL.search(name) and name != "verdict"]
 
 
