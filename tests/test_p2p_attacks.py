@@ -224,7 +224,13 @@ def test_preset_fig9_active_inversion(cli, tmp_path):
     ("args", "words"),
     [
         (
-            ("topology=karate", "attack=state_override", "adversary.nodes=[0]", "attack.victim=33"),
+            (
+                "topology=karate",
+                "data=digits",
+                "attack=state_override",
+                "adversary.nodes=[0]",
+                "attack.victim=33",
+            ),
             "neighbour of attacker 0",
         ),
         (
