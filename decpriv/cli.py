@@ -47,6 +47,21 @@ Examples:  decpriv run topology=torus protocol.rounds=50
            decpriv report sw && decpriv plot sw x=protocol.lr y=test_accuracy hue=topology"""
 
 
+PLOT_HELP = """usage: decpriv plot SWEEP|RUN x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME] [logx=true|false]
+                    [logy=true|false] [out=FILE]
+
+A metric against a key, mean and std over seeds. A sweep's attack headline metric is drawn with its
+baseline (the 95% band of a shuffled null, or the baseline's line); text x (topology) as categories,
+integer x (seed) with integer ticks. table=NAME plots a run's NAME.csv (default history).
+
+  x, y      columns of the sweep's summary (or of the table)
+  hue       one line per value (several keys: one per combination)
+  logx/logy log axes (logx defaults to true for positive x spanning two decades)
+  out       the PNG to write (default SWEEP/report/plots/<y>_vs_<x>.png)
+
+Example: decpriv plot runs/multirun/sw x=topology y=mia_received_auc hue=seed"""
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_job(cfg: DictConfig) -> None:
     # Parallel launchers pickle this function by value: it must not close over module state (locks).
@@ -83,7 +98,7 @@ def _hydra_job(cfg: DictConfig) -> None:
 
     if not multirun:
         print_headline(out, Console())
-    elif terminal:
+    else:  # one line per job, in a terminal or a log
         print_job_line(out, line, Console())
 
 
@@ -433,6 +448,9 @@ def _plot(rest: list[str]) -> int:
     from decpriv.report.run_folder import RunFolder, read_table
     from decpriv.report.sweep_plots import plot
 
+    if rest[:1] in (["-h"], ["--help"]):
+        print(PLOT_HELP)
+        return 0
     if not rest or "=" in rest[0]:
         raise ConfigError("decpriv plot needs a sweep or run folder first: decpriv plot SWEEP x=KEY y=METRIC")
     target = Path(rest[0])
@@ -443,9 +461,10 @@ def _plot(rest: list[str]) -> int:
     for needed in ("x", "y"):
         if needed not in args:
             raise ConfigError(f"decpriv plot needs {needed}=COLUMN (e.g. x=protocol.lr y=test_accuracy)")
-    name = args.get("table")
+    name, baseline = args.get("table"), None
     if name is None and not (target / "run.json").is_file():
-        table = load_sweep(target).completed
+        sweep = load_sweep(target)
+        table, baseline = sweep.completed, sweep.headline_of(args["y"])
     else:
         file = target / f"{name or 'history'}.csv"
         if not file.is_file():
@@ -461,6 +480,7 @@ def _plot(rest: list[str]) -> int:
         hue,
         _switch("logx", args.get("logx")),
         bool(_switch("logy", args.get("logy"))),
+        baseline,
     )
     default = f"report/plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
     out = Path(args["out"]) if "out" in args else target / default
@@ -477,7 +497,9 @@ def _report(rest: list[str]) -> int:
     from decpriv.report.text import print_frame
 
     doc, out = report(ns.target)
-    console.print(f"[bold]{doc.title}[/]  " + "; ".join(doc.facts), highlight=False)
+    console.print(f"[bold]{doc.title}[/]", highlight=False)
+    for fact in doc.facts:
+        console.print(fact, highlight=False)
     for caption, table in doc.tables:
         print_frame(table, caption, console, more="report.md")
     if doc.claim is not None:
@@ -499,7 +521,7 @@ def _runs(rest: list[str]) -> int:
     parser.add_argument("--root", type=Path, default=Path("runs"), help="folder to search (default ./runs)")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     ns = parser.parse_args(rest)
-    from decpriv.report.runs_index import index, parse_filters
+    from decpriv.report.runs_index import for_terminal, index, parse_filters
     from decpriv.report.text import markdown_table, print_frame
 
     table = index(ns.root, parse_filters(ns.filters))
@@ -508,7 +530,7 @@ def _runs(rest: list[str]) -> int:
     elif ns.format == "markdown":
         print(markdown_table(table))
     else:
-        print_frame(table, f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
+        print_frame(for_terminal(table), f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
     return 0
 
 
@@ -556,6 +578,7 @@ def _diff(rest: list[str]) -> int:
     parser.add_argument(
         "--format", choices=("table", "csv", "markdown"), default="table", help="csv/markdown for CI"
     )
+    parser.add_argument("--brief", action="store_true", help="print only the one-line verdict")
     ns = parser.parse_args(rest)
     for key in ("rtol", "atol"):
         if not getattr(ns, key) >= 0:  # a negative tolerance would call equal numbers different
@@ -564,7 +587,7 @@ def _diff(rest: list[str]) -> int:
             raise bad(f"--{key}", getattr(ns, key), "is a tolerance", "give 0 or more")
     from decpriv.report.show import print_diff
 
-    return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format)
+    return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format, ns.brief)
 
 
 COMMANDS = {"list": _list, "show": _show, "diff": _diff, "report": _report, "plot": _plot, "runs": _runs}
@@ -613,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
             f"[bold red]error:[/] {escape(str(error))}", highlight=False
         )
         return 2
+    except BrokenPipeError:
+        raise  # output piped into `head`: entry() stops quietly
     except OSError as error:
         if error.errno is None:  # decpriv's own "no such run folder"
             Console(stderr=True, soft_wrap=True).print(

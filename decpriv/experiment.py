@@ -31,7 +31,9 @@ from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
+from decpriv.report import progress
 from decpriv.report.findings import Findings
+from decpriv.report.headline import resolve
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import ScopedSeeds, Seeds
@@ -358,7 +360,7 @@ def run(
         str(cfg.get("device")),
         config_digest(config_columns),
     )
-    with warnings.catch_warnings(), _recording(folder):
+    with warnings.catch_warnings(), _recording(folder), progress.job_log(folder.path):
         return _pipeline(cfg, folder, config_columns, choices or {}, show_progress, prebuilt)
 
 
@@ -369,6 +371,7 @@ def _recording(folder: RunFolder):
 
     def record(message, category, filename, lineno, file=None, line=None):
         folder.warn(str(message))
+        progress.log.warning("%s", message)
         shown(message, category, filename, lineno, file, line)
 
     warnings.showwarning = record
@@ -385,14 +388,15 @@ def _pipeline(
 ) -> Path:
     try:
         if prebuilt is None:
-            with folder.phase("build"):
+            with progress.phase(folder, "build", show_progress):
                 setup = build_explained(cfg, choices)
         else:
             for caught in prebuilt.warnings:
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
             setup = prebuilt.setup
             folder.timings["build"] = round(prebuilt.seconds, 4)
-        with folder.phase("simulate"):
+            progress.log.info("build: %.2f s (before the run folder was made)", prebuilt.seconds)
+        with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
         report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
@@ -412,18 +416,20 @@ def _pipeline(
         )
         truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
         if setup.attack is not None:
-            with folder.phase("attack"):
+            with progress.phase(folder, "attack", show_progress, setup.attack.name):
                 # the one door to ground truth: an attack configured as the paper's oracle (marked in its table)
                 findings = setup.attack.run(replace(view, oracle=truth) if setup.attack.oracle else view)
-            with folder.phase("evaluate"):
+            with progress.phase(folder, "evaluate", show_progress):
                 report.merge(setup.attack.evaluate(findings, truth, view))
         if setup.accountant is not None:
-            with folder.phase("account"):
+            with progress.phase(folder, "account", show_progress):
                 report.merge(setup.accountant.account(setup))
         if getattr(setup.attack, "audits", False):
-            with folder.phase("reconcile"):  # the audit's lower bounds beside the accountant's values
+            with progress.phase(
+                folder, "reconcile", show_progress
+            ):  # the audit's bounds beside the accountant's
                 setup.attack.reconcile(report, setup.plan)
-        with folder.phase("write"):
+        with progress.phase(folder, "write", show_progress):
             # pictures first: a drawing that fails leaves no table behind that looks complete
             for relative, drawing in report.figures.items() if cfg.plots else ():
                 figure = drawing()
@@ -442,7 +448,14 @@ def _pipeline(
             folder.write_table(
                 "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
             )
-        folder.complete({"metrics": list(report.summary)})
+        attack = setup.attack
+        folder.complete(
+            {
+                "metrics": list(report.summary),
+                "attack": attack.name if attack is not None else "none",
+                "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
+            }
+        )
     except BaseException as error:
         folder.fail(error)
         failed = {"status": "failed", "error": error_text(error), **config_columns}

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DECPRIV = Path(sys.executable).with_name("decpriv")
 
 # Pasquini et al.'s D-PSGD: an MLP trained by D-SGD with uniform gossip weights
-DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd")
+DPSGD = ("gossip_matrix=uniform", "model=mlp", "protocol=dsgd", "data=digits")  # the full digits
 # their neighbour discovery by an eavesdropper on a 16-node torus: 16 victims x 2 rounds with a previous round
 NEIGHBOUR_DISCOVERY = (
     "topology=torus",

@@ -83,17 +83,22 @@ def test_config_change_outside_the_grid_shows_on_every_row(tmp_path, capsys):
     assert len(lines) == 2 + 4 and all("| changed |" in line and "protocol.lr" in line for line in lines[2:])
 
 
-def test_metric_changes_are_coloured_and_config_changes_are_not_in_the_same_colour(tmp_path):
+def test_diff_leads_with_config_then_metrics_then_a_verdict(tmp_path):
     changed = [{**r, "acc": r["acc"] + 0.05} if r["seed"] == 0 else r for r in ROWS]
     changed[1] = {**changed[1], "protocol.lr": 0.3}
     a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", changed)
     stream = io.StringIO()
-    console = Console(file=stream, force_terminal=True, color_system="standard", width=200)
+    console = Console(file=stream, width=80)
     assert print_diff(a, b, 1e-9, 0.0, console) == 1
     lines = stream.getvalue().splitlines()
-    yellow, cyan = "\x1b[1;33m", "\x1b[36m"
-    assert sum(yellow in line and "acc" in line for line in lines) == 2
-    assert sum(cyan in line and "protocol.lr" in line for line in lines) == 1
+    config, metrics = lines.index("config that differs (1)"), lines.index("metrics that differ (2)")
+    assert config < metrics and "protocol.lr" in lines[config + 3]
+    assert sum(line.split()[1:2] == ["acc"] for line in lines[metrics:]) == 2
+    assert lines[-1] == "differ: 1 config key(s), 2 metric(s) (acc 0.8 -> 0.85) (rtol=1e-09 atol=0.0)"
+    assert max(map(len, lines)) <= 80
+    stream = io.StringIO()
+    assert print_diff(a, b, 1e-9, 0.0, Console(file=stream, width=80), brief=True) == 1
+    assert stream.getvalue().splitlines() == lines[-1:]
 
 
 def test_diff_rows_of_missing_tables_and_bad_paths(tmp_path, capsys):

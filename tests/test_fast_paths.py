@@ -128,6 +128,7 @@ def test_fast_round_equals_general_round_with_sparse_gossip(extra, monkeypatch):
         "topology=random_regular",
         "topology.n=64",
         "topology.d=4",
+        "data=digits",  # the full set: 64 nodes x 8 images (the default digits_small trains on 270)
         "partition.per_node=8",
         "protocol.rounds=6",
         "protocol.dtype=float64",

@@ -26,7 +26,7 @@ def test_default_run_writes_a_complete_run_folder(cli, tmp_path):
     assert set(meta["wall_seconds"]) >= {"build", "simulate", "write", "total"}
     summary = pd.read_csv(run / "summary.csv")
     assert len(summary) == 1 and summary.status[0] == "completed"
-    assert summary.test_accuracy[0] > 0.85  # 16-node ring, softmax on digits, 100 rounds: measured 0.94
+    assert summary.test_accuracy[0] > 0.85  # 16-node ring, an MLP on 17 digits a node, 100 rounds: 0.92
     assert {"topology", "topology.n", "protocol.lr", "seed"} <= set(summary.columns)
     history = pd.read_csv(run / "history.csv")
     assert history["round"].iloc[0] == 0 and history["round"].iloc[-1] == 100
@@ -38,7 +38,8 @@ def test_default_run_writes_a_complete_run_folder(cli, tmp_path):
     assert summary.attack[0] == "dsgd_default" and summary["adversary.count"][0] == 1
     mia = pd.read_csv(run / "mia.csv")
     assert set(mia.view) == {"received", "marginalised", "auto"} and mia.victim.nunique() == 2
-    assert 0.4 < summary.mia_received_auc[0] < 0.7  # softmax on digits barely overfits: measured 0.505
+    # small local sets memorised: measured 0.846 against a null 97.5% of 0.659
+    assert summary.mia_received_auc[0] > summary.mia_received_auc_null_hi[0] + 0.1
     assert (run / "plots" / "mia_vs_generalisation.png").stat().st_size > 10_000
     assert "mia_marginalised_auc" in proc.stdout
 

@@ -90,7 +90,7 @@ def test_dsgd_on_digits_reaches_90_percent(cli, tmp_path):
 
 def test_consensus_distance_falls_with_the_spectral_gap():
     """Pasquini et al. 2023, Sec. 3: denser graphs keep the local models closer together."""
-    common = ["topology.n=36", "protocol.rounds=30", "model=softmax"]
+    common = ["topology.n=36", "protocol.rounds=30", "model=softmax", "data=digits"]
     ring = simulate(build("topology=ring", *common)).history
     dense = simulate(build("topology=random_regular", "topology.d=6", *common)).history
     assert (ring.consensus_distance.iloc[1:] > 2 * dense.consensus_distance.iloc[1:]).all()
@@ -124,6 +124,7 @@ def per_node_loop_dsgd(setup, rounds: int) -> torch.Tensor:
 def test_vectorised_dsgd_round_equals_per_node_loop(batch):
     setup = build(
         "topology=davis",
+        "data=digits",
         "model=mlp",
         "model.hidden=[8]",
         "partition.per_node=12",
@@ -176,10 +177,15 @@ def test_fedavg_partial_participation_records_only_what_was_sent():
 
 def test_fedavg_local_epochs_and_fedsgd():
     setup = build(
-        "protocol=fedavg", "partition.per_node=20", "protocol.batch_size=5", "protocol.local_epochs=2"
+        "protocol=fedavg",
+        "data=digits",
+        "model=softmax",
+        "partition.per_node=20",
+        "protocol.batch_size=5",
+        "protocol.local_epochs=2",
     )
     assert setup.protocol.steps_per_round(setup.local) == 8
-    fedsgd = simulate(build("protocol=fedsgd", "protocol.rounds=40"))
+    fedsgd = simulate(build("protocol=fedsgd", "data=digits", "model=softmax", "protocol.rounds=40"))
     assert fedsgd.summary["test_accuracy"] > 0.85
 
 

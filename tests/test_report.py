@@ -10,6 +10,7 @@ import pandas as pd
 from conftest import run_cli
 
 from decpriv.cli import main
+from decpriv.report.plots import TRAINING_PANELS
 
 
 def test_run_report_plots_history_and_embeds_the_runs_pictures(tmp_path, capsys):
@@ -23,9 +24,11 @@ def test_run_report_plots_history_and_embeds_the_runs_pictures(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "test_accuracy" in out and "status: completed" in out
     history = pd.read_csv(run / "history.csv")
-    varying = [c for c in history.columns if c != "round" and history[c].nunique() > 1]
+    drawn = {c for _, columns in TRAINING_PANELS for c in columns}  # already in plots/training.png
+    varying = [c for c in history.columns if c != "round" and c not in drawn and history[c].nunique() > 1]
     made = sorted((run / "report" / "plots").glob("history_*.png"))
-    assert [p.stem for p in made] == sorted(f"history_{c}" for c in varying[:6])
+    assert made and [p.stem for p in made] == sorted(f"history_{c}" for c in varying[:6])
+    assert not (run / "report" / "plots" / "history_train_loss.png").exists()
     for picture in made:
         height, width = mpimg.imread(picture).shape[:2]
         assert 350 <= height <= 700 and 600 <= width <= 900
@@ -39,6 +42,10 @@ def test_run_report_plots_history_and_embeds_the_runs_pictures(tmp_path, capsys)
     config = markdown.split("## config", 1)[1]
     assert "| topology.n | 6 |" in config and "| protocol.rounds | 3 |" in config
     assert "- verdict: mia: AUC over" in markdown
+    # words and flags are values too: the verdict in the value column, flags as true/false, no <NA>
+    assert "<NA>" not in markdown and "| verdict | mia: AUC over" in markdown
+    assert "| mia_received_auc_above_null | true |" in markdown or "_above_null | false |" in markdown
+    assert markdown.index("## headline") < markdown.index("## summary")
 
 
 def _job(folder: Path, job: int, row: dict, status: str = "completed") -> None:

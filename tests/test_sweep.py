@@ -86,6 +86,12 @@ def test_report_writes_tables_pictures_and_a_self_contained_page(sweep):
     for link in re.findall(r"\]\((plots/[^)]+)\)", markdown):
         assert (out / link).is_file()
     assert "| ring | 0.3 | 2 |" in markdown
+    # the attack's headline is drawn first, each metric with its null band
+    links = re.findall(r"\]\((plots/[^)]+)\)", markdown)
+    assert links[:2] == [
+        "plots/mia_received_auc_vs_protocol.lr.png",
+        "plots/mia_marginalised_auc_vs_protocol.lr.png",
+    ]
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:
@@ -104,17 +110,14 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
     code, out, _ = _main(capsys, "show", str(sweep))
     lines = out.splitlines()
     assert code == 0 and max(map(len, lines)) <= 80
-    header = next(line for line in lines if "job" in line and "status" in line)
-    assert [w.strip() for w in header.strip("┃ ").split("┃")][:5] == [
-        "job",
-        "status",
-        "seed",
-        "topology",
-        "protocol.lr",
-    ]  # whole names, then the metrics that fit
+    header = next(line for line in lines if line.startswith("job"))
+    names = header.split()
+    # whole names: the swept keys, then the attack's headline (each cell beside its null), then training
+    assert names[:5] == ["job", "seed", "topology", "protocol.lr", "mia_received_auc"]
     table = pd.read_csv(sweep / "summary.csv")
-    for job, lr in zip(table.job, table["protocol.lr"], strict=True):
-        assert any(re.match(rf"│ {job}\s+│ completed\s+│.*│ {lr}\s+│", line) for line in lines)
+    for job, lr, auc in zip(table.job, table["protocol.lr"], table.mia_received_auc, strict=True):
+        assert any(re.match(rf"{job}\s+\d\s+\w+\s+{lr}\s+{auc:.4g} vs ", line) for line in lines)
+    assert "pictures in the job folders" in out and out.count("training.png") == 1
     code, out, _ = _main(capsys, "runs", "--root", str(sweep.parent))
     assert code == 0 and max(map(len, out.splitlines())) <= 80 and "…" not in out
     assert out.count(f"{sweep}/") == 8  # every run's path whole, ready for decpriv show
@@ -142,13 +145,17 @@ def test_runs_index_filters_on_config_and_status(sweep, capsys):
     assert code == 0 and sorted(table.run) == [f"{root}/sw/1", f"{root}/sw/5"]
     digests = {p.parent.name: json.loads(p.read_text())["config_digest"] for p in sweep.glob("*/run.json")}
     assert list(table.config_digest) == [digests[r.rsplit("/", 1)[1]] for r in table.run]
-    assert (table.headline == "train_loss").all()
+    assert (table.headline == "mia_received_auc").all() and (table.attack == "mia").all()
     code, out, _ = _main(capsys, "runs", "--root", root, "--format", "csv", "status=failed")
     assert code == 0 and len(pd.read_csv(io.StringIO(out))) == 0
     assert _main(capsys, "runs", "--root", root, "topology")[0] == 2
     assert _main(capsys, "runs", "--root", str(sweep / "nowhere"))[0] == 2
     code, out, _ = _main(capsys, "list", "runs", "--root", root, "--format", "markdown", "seed=1")
-    assert code == 0 and out.count("/sw/") == 4 and out.startswith("| run | status |")
+    assert (
+        code == 0
+        and out.count("/sw/") == 4
+        and out.startswith("| run | attack | headline | value | baseline |")
+    )
 
 
 def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):

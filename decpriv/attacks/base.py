@@ -15,6 +15,7 @@ import numpy as np
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.view import AttackContext, View
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
@@ -23,6 +24,9 @@ class Attack(ABC):
     active = False  # true for attacks that forge messages: behaviour() then returns the forgery
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
     oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
+    # what the attack is read by, each beside its no-attack baseline (decpriv/report/headline.py): every
+    # view of a run opens with these; a new attack declares its own
+    headline: tuple[Headline, ...] = ()
 
     def prepare(self, context: AttackContext) -> Any:
         """Refuse configurations the attack does not apply to (raise ConfigError) before any computation,

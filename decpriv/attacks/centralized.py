@@ -36,6 +36,7 @@ from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
@@ -75,6 +76,10 @@ class GradientInversion(Attack):
     """Invert the first-round gradient of ``victims`` clients (the lowest-indexed ones) on the server."""
 
     name = "gradient_inversion"
+    headline = (
+        Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
+        Headline("attack_l2_error", None, "lower"),
+    )
 
     def __init__(
         self,

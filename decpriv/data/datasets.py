@@ -1,10 +1,13 @@
 """Datasets. Every loader returns a :class:`Dataset` with a train split (partitioned over nodes) and a
-held-out test split (accuracy, membership inference). Nothing is downloaded: torchvision and LibSVM
-sets load from ``data.root`` and a missing file is a clear error naming the path looked at.
+held-out test split (accuracy, membership inference). MNIST, Fashion-MNIST, CIFAR-10/100 and LibSVM's a9a
+are downloaded on first use into ``data.root`` (default: the user cache folder, :func:`cache_folder`),
+the torchvision sets by torchvision's own download with its checksums; offline, one sentence names the
+folder to fill by hand.
 
 Images are kept in [0, 1] with shape (C, H, W) so that reconstructions are scored on the data range.
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,36 +131,51 @@ def least_squares(seeds: Seeds, n: int = 16, dim: int = 10, zeta: float = 1.0) -
     return Dataset("least_squares", xt, yt, xt, yt, num_classes=0, task="regression")
 
 
-def _require(root: str | None, key_hint: str, how: str) -> Path:
-    if not root:
+def cache_folder(name: str) -> Path:
+    """Where a downloaded data set lives unless ``data.root`` says otherwise:
+    ``$XDG_CACHE_HOME/decpriv/<name>`` (``~/.cache/decpriv/<name>`` without it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "decpriv" / name
+
+
+def data_folder(root: str | None, name: str, key: str = "data.root") -> Path:
+    """``data.root`` (created when missing), else the cache folder of ``name``."""
+    path = Path(root).expanduser() if root else cache_folder(name)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
         raise bad(
-            "data.root",
-            root,
-            f"{key_hint} is read from local files",
-            f"set data.root to the folder that holds them ({how})",
-        )
-    path = Path(root).expanduser()
-    if not path.exists():
-        raise bad("data.root", str(path), "no such folder", how)
+            key, str(path), f"cannot be created ({error.strerror})", f"set {key} to a writable folder"
+        ) from None
     return path
 
 
-_TORCHVISION_HOW = (
-    "put torchvision's {name} files there (torchvision.datasets.{cls}(root, download=True) online)"
-)
+def offline_error(name: str, path: Path, error: Exception, by_hand: str, key: str = "data.root") -> Exception:
+    """The one sentence for a data set that is not there and could not be downloaded."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return bad(
+        key,
+        str(path),
+        f"{name} is not there and could not be downloaded ({reason})",
+        f"put {by_hand} in {path} by hand, or run once with the internet",
+    )
 
 
 def _torchvision(cls_name: str, root: str | None, seeds: Seeds, name: str, num_classes: int) -> Dataset:
+    """A torchvision image set, downloaded on first use by torchvision itself (its mirrors, its md5
+    checksums of every file), then read from ``data.root``."""
+    from urllib.error import URLError
+
     import torchvision
 
-    how = _TORCHVISION_HOW.format(name=name, cls=cls_name)
-    path = _require(root, name, how)
+    path = data_folder(root, name)
     cls = getattr(torchvision.datasets, cls_name)
     try:
-        train = cls(str(path), train=True, download=False)
-        test = cls(str(path), train=False, download=False)
-    except RuntimeError as err:
-        raise bad("data.root", str(path), f"{name} files were not found there ({err})", how) from None
+        train = cls(str(path), train=True, download=True)
+        test = cls(str(path), train=False, download=True)
+    except (RuntimeError, URLError, OSError) as error:
+        files = f"torchvision's {cls_name} files (as torchvision.datasets.{cls_name}(root, download=True) lays them out)"
+        raise offline_error(name, path, error, files) from None
 
     def tensors(ds):
         x = torch.as_tensor(np.asarray(ds.data), dtype=torch.float32) / 255.0
@@ -169,23 +187,42 @@ def _torchvision(cls_name: str, root: str | None, seeds: Seeds, name: str, num_c
 
 
 def mnist(seeds: Seeds, root: str | None = None) -> Dataset:
-    """MNIST from ``data.root`` (torchvision layout, download=False)."""
+    """MNIST (LeCun et al. 1998), downloaded on first use (torchvision layout under ``data.root``)."""
     return _torchvision("MNIST", root, seeds, "mnist", 10)
 
 
 def fashion_mnist(seeds: Seeds, root: str | None = None) -> Dataset:
-    """Fashion-MNIST from ``data.root`` (torchvision layout, download=False)."""
+    """Fashion-MNIST (Xiao et al. 2017), downloaded on first use (torchvision layout)."""
     return _torchvision("FashionMNIST", root, seeds, "fashion_mnist", 10)
 
 
 def cifar10(seeds: Seeds, root: str | None = None) -> Dataset:
-    """CIFAR-10 from ``data.root`` (torchvision layout, download=False)."""
+    """CIFAR-10 (Krizhevsky 2009), downloaded on first use (torchvision layout)."""
     return _torchvision("CIFAR10", root, seeds, "cifar10", 10)
 
 
 def cifar100(seeds: Seeds, root: str | None = None) -> Dataset:
-    """CIFAR-100 from ``data.root`` (torchvision layout, download=False)."""
+    """CIFAR-100 (Krizhevsky 2009), downloaded on first use (torchvision layout)."""
     return _torchvision("CIFAR100", root, seeds, "cifar100", 100)
+
+
+LIBSVM_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"  # a9a, a9a.t
+
+
+def _fetched(path: Path, files: list[str], url: str, name: str) -> None:
+    """Download each of ``files`` missing under ``path`` from ``url`` + file (torchvision's
+    ``download_url``; LibSVM publishes no checksum, so none is checked: a file that does not parse is
+    refused when read)."""
+    from urllib.error import URLError
+
+    from torchvision.datasets.utils import download_url
+
+    for file in files:
+        if not (path / file).is_file():
+            try:
+                download_url(url + file, str(path), file)
+            except (RuntimeError, URLError, OSError) as error:
+                raise offline_error(name, path, error, f"{', '.join(files)} from {url}") from None
 
 
 def libsvm(
@@ -194,15 +231,15 @@ def libsvm(
     file: str = "a9a",
     test_file: str | None = "a9a.t",
     features: int = 123,
+    url: str = LIBSVM_URL,
 ) -> Dataset:
-    """A LibSVM file (e.g. a9a, 123 binary features) read with scikit-learn; labels mapped to 0..K-1."""
+    """A LibSVM file (e.g. a9a, 123 binary features) read with scikit-learn; labels mapped to 0..K-1.
+    Downloaded on first use from ``url`` (the LibSVM binary data sets page, or a mirror of it)."""
     from sklearn.datasets import load_svmlight_file
 
-    how = "download a9a and a9a.t from the LibSVM datasets page into that folder"
-    path = _require(root, "libsvm", how)
+    path = data_folder(root, "libsvm")
+    _fetched(path, [f for f in (file, test_file) if f], url, file)
     train_path = path / file
-    if not train_path.is_file():
-        raise bad("data.file", str(train_path), "no such file", how)
     x, y = load_svmlight_file(str(train_path), n_features=features)
     labels = np.unique(y)
     to_int = {v: i for i, v in enumerate(labels)}

@@ -4,11 +4,12 @@ The swept keys are the overrides that Hydra expanded (``topology=ring,torus``, `
 the sweep's ``multirun.yaml``; a folder of runs without one falls back to the config columns that vary.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from decpriv.report import headline
 from decpriv.report.diff import sweep_keys
 from decpriv.report.run_folder import read_status
 from decpriv.report.sweep import collect, job_folders, swept_overrides
@@ -22,6 +23,11 @@ class Sweep:
     table: pd.DataFrame  # one row per job: job, status, metrics, flattened config
     keys: list[str]  # swept keys, in the order they were given on the command line
     metrics: list[str]  # numeric summary metrics, in the order the runs reported them
+    headline: list[dict] = field(default_factory=list)  # the attack's headline entries (report/headline.py)
+
+    def headline_of(self, metric: str) -> dict | None:
+        """``metric``'s headline entry (its baseline), None when it is not a headline metric."""
+        return next((entry for entry in self.headline if entry["metric"] == metric), None)
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -42,6 +48,16 @@ def _metric_names(sweep: Path) -> list[str]:
     return names
 
 
+def sweep_headline(sweep: Path, table: pd.DataFrame) -> list[dict]:
+    """The headline entries of the sweep's jobs (decpriv/report/headline.py), each metric once, those
+    that are columns of ``table``."""
+    seen: dict[str, dict] = {}
+    for job in job_folders(sweep):
+        for entry in headline.of_run(read_status(job)):
+            seen.setdefault(entry["metric"], entry)
+    return [entry for entry in seen.values() if entry["metric"] in table]
+
+
 def metrics_and_keys(sweep: Path, table: pd.DataFrame) -> tuple[list[str], list[str]]:
     """The numeric columns of ``table`` that the jobs' run.json name as metrics, and the swept keys
     (multirun.yaml's, else the config columns that vary)."""
@@ -59,7 +75,7 @@ def load_sweep(path: Path | str) -> Sweep:
     metrics, keys = metrics_and_keys(path, table)
     front = ["job", "status", *keys]
     table = table[front + [c for c in table.columns if c not in front]]
-    return Sweep(path, table, keys, metrics)
+    return Sweep(path, table, keys, metrics, sweep_headline(path, table))
 
 
 def aggregate(sweep: Sweep) -> pd.DataFrame:

@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 
 from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
+from decpriv.report.convergence import convergence_note
+from decpriv.report.plots import TRAINING_PANELS
 from decpriv.report.run_folder import RunFolder, read_status, read_table, write_atomic, write_csv
 from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
 from decpriv.report.text import fmt, markdown_table
@@ -73,7 +75,7 @@ def run_document(path: Path) -> Document:
         for v in values
     ]
     words = [None if n is not None else v for v, n in zip(values, numeric, strict=True)]
-    table = pd.DataFrame({"metric": metrics, "value": pd.array(numeric, dtype="Float64"), "text": words})
+    data = pd.DataFrame({"metric": metrics, "value": pd.array(numeric, dtype="Float64"), "text": words})
     facts = [
         f"status: {meta.get('status', '?')}",
         f"seed: {meta.get('seed')}, config digest: {meta.get('config_digest')}",
@@ -82,29 +84,53 @@ def run_document(path: Path) -> Document:
         facts.append(f"error: {meta['error']}")
     if isinstance(summary.get("verdict"), str):
         facts.append(f"verdict: {summary['verdict']}")
+    history_file = path / "history.csv"
+    history = read_table(history_file) if history_file.is_file() else None
+    note = convergence_note(history) if history is not None else None
+    facts += [note] if note else []
     # the rest of the summary row is the flattened config (group choices, then dotted keys): what ran
     settings = [k for k in summary.index if k not in metrics and k not in ("status", "error")]
-    config = pd.DataFrame({"key": settings, "value": [fmt(summary[k]) for k in settings]})
-    figures = {}
-    history_file = path / "history.csv"
-    if history_file.is_file():
-        history = read_table(history_file)
-        columns = [
-            c
-            for c in history.columns
-            if c not in ("round", "step", "node") and pd.api.types.is_numeric_dtype(history[c])
-        ]
-        varying = [c for c in columns if history[c].nunique() > 1][:MAX_DEFAULT_PLOTS]
-        figures = {f"plots/history_{c}.png": plot(history, "round", c, logx=False) for c in varying}
+    config = pd.DataFrame({"key": settings, "value": [fmt(summary[k]) or "null" for k in settings]})
     pictures = sorted(p for p in path.rglob("*.png") if REPORT_DIR not in p.relative_to(path).parts)
     return Document(
         title=f"decpriv run {path.name}",
         facts=facts,
-        tables=[("summary", table), ("config", config)],
-        data={"aggregate": table},
-        figures=figures,
+        tables=[
+            ("headline", headline_table(meta, summary)),
+            ("summary", _shown(metrics, values)),
+            ("config", config),
+        ],
+        data={"aggregate": data},
+        figures=_history_plots(history) if history is not None else {},
         pictures=pictures,
     )
+
+
+def headline_table(meta: dict, summary: pd.Series) -> pd.DataFrame:
+    """The attack's headline beside its baselines, then the training metrics (as decpriv run prints)."""
+    from decpriv.report.show import headline_rows
+
+    rows = headline_rows(meta, summary)
+    cells = {c: [fmt(v) for v in rows[c]] for c in ("metric", "value", "baseline", "beats", "against")}
+    return pd.DataFrame(cells)
+
+
+def _shown(metrics: list[str], values: list) -> pd.DataFrame:
+    """Every metric with its value as text, numbers and words alike (the verdict too: it is a value)."""
+    return pd.DataFrame({"metric": metrics, "value": [fmt(v) for v in values]})
+
+
+def _history_plots(history: pd.DataFrame) -> dict[str, Figure]:
+    """``plots/history_<column>.png`` for the history columns that vary and that the run's own
+    training.png does not already draw (loss, accuracy, consensus distance)."""
+    drawn = {column for _, columns in TRAINING_PANELS for column in columns}
+    columns = [
+        c
+        for c in history.columns
+        if c not in ("round", "step", "node") and c not in drawn and pd.api.types.is_numeric_dtype(history[c])
+    ]
+    varying = [c for c in columns if history[c].nunique() > 1][:MAX_DEFAULT_PLOTS]
+    return {f"plots/history_{c}.png": plot(history, "round", c, logx=False) for c in varying}
 
 
 def _page_markdown(doc: Document, images: list[tuple[str, Path]], claim_images=()) -> str:

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 SPRING_LAYOUT_MAX = 200  # nodes; the spring layout costs O(n^2) per iteration (2.5 s at n = 500)
 GRAPH_FIGURE_MAX = 5000  # nodes; past this a drawing is a blot and the figure only says it was left out
@@ -188,31 +189,67 @@ def metric_plot(
     logx: bool = False,
     logy: bool = False,
     title: str = "",
+    band: tuple[str | float, str | float] | None = None,
+    band_label: str = "baseline",
 ) -> Figure:
-    """``y`` against ``x``, one line per ``hue`` value, mean with std error bars over repeated rows (seeds)."""
+    """``y`` against ``x``, one line per ``hue`` value, mean with std error bars over repeated rows (seeds).
+
+    A numeric ``x`` is a line (integer ticks when every value is an integer, e.g. seeds); a text ``x``
+    (``ring``, ``torus``) is drawn as categories: points side by side, no line between them. ``band``:
+    the baseline the metric is read against, (low, high) columns or constants (the same for a line), drawn
+    per ``hue`` value as a shaded band (a dashed line when low and high are the same)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    groups = table.groupby(hue, sort=True) if hue else [(None, table)]
-    for label, part in groups:
+    categorical = not pd.api.types.is_numeric_dtype(table[x])
+    order = sorted(table[x].unique(), key=str) if categorical else None
+    groups = list(table.groupby(hue, sort=True)) if hue else [(None, table)]
+    shift = 0.08 * (np.arange(len(groups)) - (len(groups) - 1) / 2) if categorical else np.zeros(len(groups))
+    for offset, (label, part) in zip(shift, groups, strict=True):
         stats = part.groupby(x)[y].agg(["mean", "std"]).reset_index()
-        ax.errorbar(
-            stats[x],
+        where = stats[x].map({v: i for i, v in enumerate(order)}) + offset if categorical else stats[x]
+        drawn = ax.errorbar(
+            where,
             stats["mean"],
             yerr=stats["std"].fillna(0),
             marker="o",
             capsize=3,
+            linestyle="none" if categorical else "-",
             label=str(label) if hue else None,
         )
+        if band is not None:
+            _band(ax, part, x, band, where, stats[x], drawn.lines[0].get_color(), categorical)
+    if band is not None:
+        ax.plot([], [], color="grey", alpha=0.4, linewidth=6, label=band_label)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    if logx:
+    if categorical:
+        ax.set_xticks(range(len(order)), [str(v) for v in order])
+    elif pd.api.types.is_integer_dtype(table[x]) or (table[x] == table[x].round()).all():
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if logx and not categorical:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    if hue:
+    if hue or band is not None:
         ax.legend(title=hue, fontsize=8)
     ax.grid(alpha=0.3)
     ax.set_title(title)
     return fig
+
+
+def _band(ax, part, x, band, where, keys, colour, categorical) -> None:
+    """The baseline of one line: the mean over seeds of its low and high columns (or constants) at each x."""
+    low, high = (
+        part.groupby(x)[b].mean().reindex(keys).to_numpy() if isinstance(b, str) else np.full(len(keys), b)
+        for b in band
+    )
+    where = np.asarray(where, dtype=float)
+    if categorical:  # a short band under each point: categories are not joined
+        for w, lo, hi in zip(where, low, high, strict=True):
+            ax.fill_between([w - 0.15, w + 0.15], lo, max(hi, lo), color=colour, alpha=0.18, linewidth=0)
+            ax.hlines(hi, w - 0.15, w + 0.15, colors=colour, linestyles="--", linewidth=1)
+        return
+    ax.fill_between(where, low, np.maximum(high, low), color=colour, alpha=0.18, linewidth=0)
+    ax.plot(where, high, color=colour, linestyle="--", linewidth=1)
 
 
 TRAINING_PANELS = (

@@ -12,9 +12,23 @@ from pathlib import Path
 import pandas as pd
 
 from decpriv.errors import ConfigError, bad
+from decpriv.report import headline
 from decpriv.report.run_folder import read_status, read_table
 
-COLUMNS = ["run", "status", "headline", "value", "seconds", "started", "config_digest"]
+COLUMNS = [  # what the run attacked and how it fared first: at 80 columns the rest is cut
+    "run",
+    "attack",
+    "headline",
+    "value",
+    "baseline",
+    "better",
+    "topology",
+    "protocol",
+    "status",
+    "seconds",
+    "started",
+    "config_digest",
+]
 
 
 def parse_filters(pairs: list[str]) -> dict[str, str]:
@@ -35,19 +49,25 @@ def _same(found: object, wanted: str) -> bool:
 
 
 def _row(folder: Path) -> dict:
+    """A run's index row: what ran (protocol, attack, topology) and the attack's first headline metric
+    beside its baseline (decpriv/report/headline.py); a run without an attack, its first training metric."""
     meta = read_status(folder)
     summary_file = folder / "summary.csv"
     summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
-    metrics = meta.get("metrics") or []
-    headline = metrics[0] if metrics else None
+    first = next(iter(headline.of_run(meta, summary or None)), None)
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
     return {
         "run": folder.as_posix(),  # as given to decpriv show: under the root as the user named it
+        "protocol": summary.get("protocol", ""),
+        "attack": meta.get("attack") or summary.get("attack", ""),  # the attack's name, not its option
+        "topology": summary.get("topology", ""),
+        "headline": first["metric"] if first else "",
+        "value": summary.get(first["metric"]) if first else None,
+        "baseline": headline.baseline_value(first, summary) if first else None,
+        "better": first["better"] if first else "higher",
         "status": meta.get("status", "unknown"),
         "started": meta.get("started", ""),
         "seconds": (meta.get("wall_seconds") or {}).get("total"),
-        "headline": headline or "",
-        "value": summary.get(headline) if headline else None,
         "config_digest": meta.get("config_digest", ""),
         "_fields": fields,
     }
@@ -78,3 +98,12 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     ]
     table = pd.DataFrame(kept, columns=[*COLUMNS, "_fields"]).drop(columns="_fields")
     return table.sort_values(["started", "run"], kind="stable").reset_index(drop=True)
+
+
+def for_terminal(table: pd.DataFrame) -> pd.DataFrame:
+    """The index for reading: the headline's value and baseline in one cell (``0.5675 vs 0.5422 ✓``)."""
+    cells = [
+        headline.cell({"better": better}, value, base)
+        for value, base, better in zip(table["value"], table["baseline"], table["better"], strict=True)
+    ]
+    return table.assign(value=cells).drop(columns=["baseline", "better"])

@@ -4,43 +4,93 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from decpriv.errors import ConfigError
+from decpriv.report import headline
+from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import fmt, headline_metrics, markdown_table, print_frame
+from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
+
+
+def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
+    """metric | value | baseline | beats | against: the attack's declared headline (each beside its
+    no-attack baseline and whether it beats it), then the training metrics the run measured."""
+    rows = []
+    for entry in headline.of_run(meta, summary.to_dict()):
+        base = headline.baseline_value(entry, summary)
+        won = headline.beats(entry, summary.get(entry["metric"]), base)
+        mark = {True: "yes", False: "no"}.get(won, "")
+        rows.append([entry["metric"], summary.get(entry["metric"]), base, mark, entry.get("against", "")])
+    named = {r[0] for r in rows}
+    rows += [[m, summary[m], None, "", ""] for m in headline.TRAINING if m in summary and m not in named]
+    return pd.DataFrame(rows, columns=["metric", "value", "baseline", "beats", "against"])
+
+
+def baselines_line(rows: pd.DataFrame) -> str | None:
+    """``baseline: 97.5% of shuffled membership (higher is better)``: what the baseline column holds."""
+    said = dict.fromkeys(
+        a for a, b in zip(rows["against"], rows["baseline"], strict=True) if a and b is not None
+    )
+    return "baseline: " + "; ".join(said) if said else None
 
 
 def print_headline(run: Path, console: Console) -> None:
-    """The run's headline metrics as a small table, the attack's one-line verdict, then the folder."""
+    """The attack's headline beside its baselines, the training metrics, the verdict, a line when the
+    model has not converged, the pictures, then the folder."""
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
+    rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    metrics = [key for key in meta.get("metrics", []) if key in summary]
-    shown = headline_metrics(metrics)
-    for key in shown:
-        table.add_row(key, fmt(summary[key]))
-    if len(shown) < len(metrics):
-        table.caption = f"{len(metrics) - len(shown)} more in summary.csv (decpriv show)"
+    for column in ("metric", "value", "baseline", "beats"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for row in rows.itertuples(index=False):
+        colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
+        table.add_row(row.metric, fmt(row.value), fmt(row.baseline), f"[{colour}]{row.beats}[/]")
+    metrics = [m for m in meta.get("metrics", []) if m in summary]
+    more = (
+        f"{len(metrics) - len(rows)} more in summary.csv (decpriv show)" if len(metrics) > len(rows) else None
+    )
     console.print(table)
-    if isinstance(summary.get("verdict"), str):
-        console.print(f"verdict: {summary['verdict']}", highlight=False)
+    for line in [more, baselines_line(rows), *run_notes(run, summary)]:
+        if line:
+            console.print(line, highlight=False)
     console.print(f"run folder: [bold]{run}[/]", highlight=False)
 
 
+def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
+    """The verdict, a line when the model has not converged, and (``pictures``) the pictures, at most
+    four named, the attack's first."""
+    lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    history = run / "history.csv"
+    note = convergence_note(read_table(history)) if history.is_file() else None
+    lines += [f"[yellow]{note}[/]"] if note else []
+    found = [str(p) for p in _pictures(run)] if pictures else []
+    attack_first = sorted(found, key=lambda p: p.endswith("training.png"))
+    if found:
+        more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+        lines.append("pictures: " + ", ".join(attack_first[:4]) + more)
+    return lines
+
+
+def _pictures(run: Path) -> list[Path]:
+    """The PNGs under ``run`` (relative), not those of ``decpriv report``."""
+    return sorted(p.relative_to(run) for p in run.rglob("*.png") if "report" not in p.relative_to(run).parts)
+
+
 def print_job_line(run: Path, line: str, console: Console) -> None:
-    """One line per finished sweep job: its swept values, wall time and headline metric."""
+    """One line per finished sweep job: its swept values, wall time and the attack's headline."""
     meta = read_status(run)
     summary = read_table(run / "summary.csv").iloc[0]
-    metrics = [m for m in meta.get("metrics", []) if m in summary][:1]
-    shown = "".join(f"  {m}={fmt(summary[m])}" for m in metrics)
-    seconds = meta.get("wall_seconds", {}).get("total", "?")
-    console.print(f"{line}[green]{meta.get('status')}[/] in {seconds}s{shown}", highlight=False)
+    first = headline.of_run(meta, summary.to_dict())[:1]
+    shown = "".join(f"  {h['metric']}={headline.label(h, summary)}" for h in first)
+    seconds = meta.get("wall_seconds", {}).get("total")
+    took = f"{seconds:.1f}" if isinstance(seconds, int | float) else "?"
+    console.print(f"{line}[green]{meta.get('status')}[/] in {took} s{shown}", highlight=False, soft_wrap=True)
 
 
 def _first_comment(text: str) -> str:
@@ -56,39 +106,67 @@ def config_options() -> list[tuple[str, str, str]]:
     found = []
     for path in sorted(Path(str(root)).rglob("*.yaml")):
         rel = path.relative_to(Path(str(root)))
-        if rel.parent == Path("."):
+        if rel.parent == Path(".") or rel.parent == Path("hydra/job_logging"):  # not a user's choice
             continue
         found.append((str(rel.parent), rel.stem, _first_comment(path.read_text())))
     return found
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option (or those of the groups in ``only``), one line each."""
-    table = Table(title="decpriv config groups (choose with group=option)")
-    for column in ("group", "option", "description"):
-        table.add_column(column)
+    """Every config group and option, one line each, descriptions cut to the terminal's width; with
+    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions."""
+    rows = [row for row in config_options() if not only or row[0] in only]
+    if not rows:
+        return
+    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
+    room = max(console.width - sum(widths) - 2 * GAP, 10)  # what is left for the description
+    if not only:
+        console.print("decpriv config groups (group=option; whole descriptions: decpriv list GROUP)")
+        rows = [(g, o, t if len(t) <= room else t[: room - 1] + "…") for g, o, t in rows]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for name, width in zip(("group", "option"), widths, strict=True):
+        table.add_column(name, no_wrap=True, min_width=width)
+    table.add_column("description", overflow="fold")
     last = None
-    for group, option, text in config_options():
-        if only and group not in only:
-            continue
+    for group, option, text in rows:
         table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
     console.print(table)
 
 
 def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's summary for reading: job, status, the swept keys, then the headline metrics (those that
-    differ between jobs first), leaving out the config and the statistics' details.
+    """A sweep's summary for reading: job, the swept keys, the attack's headline (each cell beside its
+    baseline: ``0.5675 vs 0.5422 ✓``), the training metrics, then status and the other metrics that
+    differ between jobs; no config columns.
 
-    The swept keys come from multirun.yaml (else the config columns that vary), the metric names from the
-    jobs' run.json files: the jobs' summary.csv files are not read again (the sweep's own holds them all)."""
-    from decpriv.report.aggregate import metrics_and_keys
+    The swept keys come from multirun.yaml (else the config columns that vary), the metric names and the
+    headline from the jobs' run.json files: the jobs' summary.csv files are not read again."""
+    from decpriv.report.aggregate import metrics_and_keys, sweep_headline
 
     names, keys = metrics_and_keys(run, table)
-    headline = headline_metrics(names)
-    varying = [m for m in headline if table[m].nunique(dropna=True) > 1]
-    front = ["job", "status", *keys, *varying, *[m for m in headline if m not in varying]]
+    table = table.copy()
+    lead = []
+    for entry in sweep_headline(run, table):
+        table[entry["metric"]] = [headline.label(entry, row) for _, row in table.iterrows()]
+        lead.append(entry["metric"])
+    training = [m for m in headline.TRAINING if m in names]
+    rest = [m for m in without_details(names) if table[m].nunique(dropna=True) > 1]
+    front = ["job", *keys, *lead, *training, "status", *rest]
     return table[[c for c in dict.fromkeys(front) if c in table]]
+
+
+def _pictures_line(run: Path, sweep: bool) -> str | None:
+    """The run's pictures; for a sweep, each picture name once with the number of jobs that drew it."""
+    found = _pictures(run)
+    if not found:
+        return None
+    if not sweep:
+        return "pictures: " + ", ".join(map(str, found))
+    counts: dict[str, int] = {}
+    for path in found:
+        name = str(Path(*path.parts[1:])) if len(path.parts) > 1 else str(path)
+        counts[name] = counts.get(name, 0) + 1
+    return "pictures in the job folders (<job>/...): " + ", ".join(f"{n} ({c})" for n, c in counts.items())
 
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
@@ -106,33 +184,38 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         )
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
+    sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
         frame = read_table(file)
         title = f"{file.name} ({len(frame)} rows)"
-        if file.stem == "summary" and len(frame) == 1:
-            keys = headline_metrics(meta.get("metrics") or list(frame.columns))
-            verdict = frame["verdict"].iloc[0] if "verdict" in frame else None
-            columns = len(frame.columns)
-            frame = frame[[*[c for c in ("status",) if c in frame], *[k for k in keys if k in frame]]]
-            frame = frame.T.reset_index()
-            frame.columns = ["metric", "value"]
-            title = f"{file.name} (headline; {columns} columns in the file)"
-            print_frame(frame, title, console, len(frame))
-            if isinstance(verdict, str):
-                console.print(f"verdict: {verdict}", highlight=False)
+        if file.stem == "summary" and len(frame) == 1 and "job" not in frame:
+            summary = frame.iloc[0]
+            shown = headline_rows(meta, summary)
+            title = f"{file.name} (headline; {len(frame.columns)} columns in the file)"
+            print_frame(shown.drop(columns="against"), title, console, len(shown))
+            line = baselines_line(shown)
+            if line:
+                console.print(line, highlight=False)
+            for line in run_notes(run, summary, pictures=False):
+                console.print(line, highlight=False)
             continue
         elif file.stem == "summary" and "job" in frame:
+            sweep = True
             frame = _sweep_columns(run, frame)
             title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
         print_frame(frame, title, console, rows, more=f"{file.name}")
-    pictures = sorted(p.relative_to(run) for p in run.rglob("*.png"))
+    pictures = _pictures_line(run, sweep)
     if pictures:
-        console.print("pictures: " + ", ".join(map(str, pictures)), highlight=False)
+        console.print(pictures, highlight=False)
     return 0
 
 
-def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, form: str = "table") -> int:
-    """Print the differences (``form``: rich ``table``, ``csv`` or ``markdown``); 0 equal, 1 differ, 2 bad path."""
+def print_diff(
+    a: Path, b: Path, rtol: float, atol: float, console: Console, form: str = "table", brief: bool = False
+) -> int:
+    """Print the differences (``form``: ``table`` for reading, ``csv`` or ``markdown`` for CI); 0 equal,
+    1 differ, 2 bad path. A table opens with the config that differs, then the metrics (the attack's
+    headline first), then one line per other table, then a one-line verdict (``brief``: only that)."""
     try:
         diffs = diff_paths(a, b, rtol, atol)
     except (FileNotFoundError, ConfigError) as error:
@@ -146,32 +229,86 @@ def print_diff(a: Path, b: Path, rtol: float, atol: float, console: Console, for
         else:
             print(markdown_table(rows) if len(rows) else f"equal within rtol={rtol} atol={atol}")
         return 1 if differ else 0
-    for d in differ:
-        console.print(f"[bold]{d.name}[/]  (rows keyed on {', '.join(d.keys) or 'table'})", highlight=False)
-        for label, frame, colour in (("only in A", d.removed, "red"), ("only in B", d.added, "green")):
-            if not frame.empty:
-                console.print(
-                    f"  [{colour}]{label}:[/] "
-                    + "; ".join(
-                        ", ".join(f"{k}={v}" for k, v in zip(frame.columns, r, strict=True))
-                        for r in frame.itertuples(index=False)
-                    ),
-                    highlight=False,
-                )
-        if d.removed_columns or d.added_columns:
-            console.print(
-                f"  columns only in A: {d.removed_columns}  only in B: {d.added_columns}", highlight=False
-            )
-        if not d.changed.empty:
-            table = Table(show_header=True)
-            for column in d.changed.columns:
-                table.add_column(str(column))
-            for _, row in d.changed.iterrows():
-                # metric changes beyond tolerance are what a reader looks for; config changes explain them
-                style = "bold yellow" if row["column"] in d.metrics else "cyan"
-                table.add_row(*[fmt(v) for v in row], style=style)
-            console.print(table)
+    summary = next((d for d in differ if d.name == "summary"), None)
+    config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
+    if not brief:
+        console.print(f"A: [bold]{a}[/]\nB: [bold]{b}[/]", highlight=False)
+        for title, frame in (("config that differs", config), ("metrics that differ", metrics)):
+            if len(frame):
+                print_frame(frame, f"{title} ({len(frame)})", console, rows=20, more="--format csv")
+        for d in differ:
+            line = _table_line(d, cells=d.name != "summary")
+            if not line.endswith(": "):
+                console.print(line, highlight=False, soft_wrap=True)
+    console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
+    return 1 if differ else 0
+
+
+def _headline_names(target: Path) -> list[str]:
+    """The attack's headline metrics of a run (or of a sweep's first job): shown first among metrics."""
+    folder = (
+        target if (target / "run.json").is_file() else next(iter(sorted(target.glob("*/run.json"))), None)
+    )
+    if folder is None or target.is_file():
+        return []
+    folder = folder if folder.is_dir() else folder.parent
+    return [entry["metric"] for entry in headline.of_run(read_status(folder))]
+
+
+def _summary_parts(d, first: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The summary's changed cells split in two tables: config keys and metrics (headline first), each
+    ``[job key,] name, A, B`` (metrics with their relative difference)."""
+    changed = d.changed.copy()
+    keyed = d.keys != ["row"]
+    if keyed:
+        changed.insert(0, "jobs", [";".join(f"{k}={r[k]}" for k in d.keys) for _, r in changed.iterrows()])
+    lead = ["jobs"] if keyed else []
+    is_metric = changed["column"].isin(d.metrics)
+    config = changed[~is_metric].rename(columns={"column": "key", "a": "A", "b": "B"})
+    metrics = changed[is_metric].rename(columns={"column": "metric", "a": "A", "b": "B"})
+    rank = {name: i for i, name in enumerate(first)}
+    metrics = metrics.sort_values("metric", key=lambda c: c.map(rank).fillna(len(rank)), kind="stable")
+    return config[[*lead, "key", "A", "B"]], metrics[[*lead, "metric", "A", "B", "rel_diff"]]
+
+
+def _table_line(d, cells: bool = True) -> str:
+    """One line for a table: how much differs (``cells``: the changed cells too; details: --format
+    csv), the rows only one side has named by their keys (up to five)."""
+    parts = []
+    if cells and not d.changed.empty:
+        columns = list(dict.fromkeys(d.changed["column"]))
+        named = ", ".join(columns[:4]) + (f" and {len(columns) - 4} more" if len(columns) > 4 else "")
+        parts.append(f"{len(d.changed)} cell(s) differ in {named}")
+    for what, frame in (("only in A", d.removed), ("only in B", d.added)):
+        if "table" in frame:
+            parts.append(f"the table is {what}")
+        elif 0 < len(frame) <= 5:
+            named = [
+                ", ".join(f"{k}={v}" for k, v in zip(frame.columns, r, strict=True))
+                for r in frame.itertuples(index=False)
+            ]
+            parts.append(f"{what}: " + "; ".join(named))
+        elif len(frame):
+            parts.append(f"{len(frame)} row(s) {what}")
+    for what, columns in (("only in A", d.removed_columns), ("only in B", d.added_columns)):
+        if columns:
+            parts.append(f"column(s) {what}: {', '.join(columns)}")
+    return f"{d.name}.csv: " + "; ".join(parts)
+
+
+def _verdict(
+    differ: list, config: pd.DataFrame, metrics: pd.DataFrame, rtol: float, atol: float, n: int
+) -> str:
+    """``differ: 2 config key(s), 31 metric(s), 4 other table(s)`` or ``equal within ...``."""
     if not differ:
-        console.print(f"equal within rtol={rtol} atol={atol}: {len(diffs)} table(s)", highlight=False)
-        return 0
-    return 1
+        return f"equal within rtol={rtol} atol={atol}: {n} table(s)"
+    others = [d for d in differ if d.name != "summary"]
+    summary = next((d for d in differ if d.name == "summary"), None)
+    parts = [f"{len(config)} config key(s)"] if len(config) else []
+    if summary is not None and (len(summary.added) or len(summary.removed)):
+        parts.append(f"{len(summary.removed)} job(s) only in A, {len(summary.added)} only in B")
+    if len(metrics):
+        first = metrics.iloc[0]  # the attack's headline when it changed
+        parts.append(f"{len(metrics)} metric(s) ({first['metric']} {fmt(first['A'])} -> {fmt(first['B'])})")
+    parts += [f"{len(others)} other table(s)"] if others else []
+    return "differ: " + ", ".join(parts or ["the tables"]) + f" (rtol={rtol} atol={atol})"

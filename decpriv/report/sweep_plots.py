@@ -43,6 +43,17 @@ def axes_for(sweep: Sweep) -> tuple[str, list[str]] | None:
     return x, [k for k in keys if k != x]
 
 
+def band_of(table: pd.DataFrame, baseline: str | float | None) -> tuple[str | float, str | float] | None:
+    """The (low, high) of a headline's baseline: a shuffled null's 95% interval (``*_null_lo`` beside
+    ``*_null_hi``), else the baseline alone (a line); None without one."""
+    if baseline is None or (isinstance(baseline, str) and baseline not in table):
+        return None
+    if isinstance(baseline, str) and baseline.endswith("_null_hi"):
+        low = baseline[: -len("hi")] + "lo"
+        return (low if low in table else baseline, baseline)
+    return (baseline, baseline)
+
+
 def plot(
     table: pd.DataFrame,
     x: str,
@@ -50,8 +61,10 @@ def plot(
     hue: list[str] | None = None,
     logx: bool | None = None,
     logy: bool = False,
+    baseline: dict | None = None,
 ) -> Figure:
-    """``y`` against ``x`` with error bars over repeated rows; refuses unknown or non-numeric columns."""
+    """``y`` against ``x`` with error bars over repeated rows; refuses unknown or non-numeric columns.
+    ``baseline``: ``y``'s headline entry (decpriv/report/headline.py), drawn as a band."""
     for key, name in [("x", x), ("y", y), *[("hue", h) for h in hue or []]]:
         if name not in table.columns:
             shown = ", ".join(table.columns[:12]) + (", ..." if len(table.columns) > 12 else "")
@@ -65,16 +78,24 @@ def plot(
         logx = numeric_x and wide_range(data[x])
     data, hue_column = with_hue(data, hue or [])
     title = f"{y} vs {x}" + (f" by {', '.join(hue)}" if hue else "")
-    return metric_plot(data, x, y, hue_column, logx=logx, logy=logy, title=title)
+    band = band_of(data, baseline["baseline"]) if baseline else None
+    words = ""
+    if band is not None:
+        what = baseline.get("against") or str(baseline["baseline"])
+        words = "its null, 2.5-97.5%" if band[0] != band[1] else f"baseline: {what}"
+    return metric_plot(data, x, y, hue_column, logx=logx, logy=logy, title=title, band=band, band_label=words)
 
 
 def default_plots(sweep: Sweep) -> dict[str, Figure]:
-    """``plots/<metric>_vs_<x>.png`` for the metrics that vary across the sweep (at most six)."""
+    """``plots/<metric>_vs_<x>.png``: the attack's headline metrics first, each with its baseline band,
+    then the other metrics that vary across the sweep (at most six in all)."""
     axes = axes_for(sweep)
     if axes is None or sweep.completed.empty:
         return {}
     x, hue = axes
+    entries = {entry["metric"]: entry for entry in sweep.headline}
+    metrics = [*entries, *[m for m in varying_metrics(sweep) if m not in entries]]
     return {
-        f"plots/{metric}_vs_{x}.png": plot(sweep.completed, x, metric, hue)
-        for metric in varying_metrics(sweep)[:MAX_DEFAULT_PLOTS]
+        f"plots/{metric}_vs_{x}.png": plot(sweep.completed, x, metric, hue, baseline=entries.get(metric))
+        for metric in metrics[:MAX_DEFAULT_PLOTS]
     }

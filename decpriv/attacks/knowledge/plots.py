@@ -6,6 +6,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from decpriv.graphs.network import Network
+from decpriv.metrics.images import psnr_text
 from decpriv.report.plots import graph_figure, image_grid
 
 PALETTE = {"attacker": "tab:red", "reconstructed": "tab:purple", "other": "tab:green"}
@@ -28,5 +29,5 @@ def reconstruction_grid(
 ) -> Figure:
     """(k, C, H, W) images already in [0, 1], ordered by hop distance; captions d=<hops>, PSNR."""
     order = np.argsort(distance, kind="stable")
-    captions = [f"d={distance[i]}\n{psnr[i]:.0f} dB" for i in order]
+    captions = [f"d={distance[i]}\n{psnr_text(psnr[i])}" for i in order]
     return image_grid([("true", true[order]), ("recovered", recovered[order])], captions, title)

@@ -23,6 +23,7 @@ from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
 from decpriv.truth import Truth
 
@@ -71,6 +72,7 @@ class ActiveInversion(Attack):
     """Override each coverable neighbour with trap weights, then read its inputs off its next update."""
 
     name = "active_inversion"
+    headline = (Headline("active_inversion_mean_samples_recovered", 0.0, "higher", "a passive neighbour"),)
     active = True  # forges messages (behaviour)
 
     def __init__(self, round: int | None = None, victim: int | None = None, min_bias_gradient: float = 1e-8):

@@ -21,6 +21,7 @@ from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
 
@@ -60,6 +61,11 @@ class Echo(Attack):
     """One attacker echoes one neighbour's update back to its whole neighbourhood every round."""
 
     name = "echo"
+    headline = (
+        Headline(
+            "echo_victim_mia_advantage", "echo_others_mia_advantage", "higher", "the neighbours not echoed"
+        ),
+    )
     active = True  # forges messages (behaviour)
 
     def __init__(

@@ -30,6 +30,7 @@ from decpriv.attacks.p2p.neighbourhood import (
 )
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
 from decpriv.truth import Truth
 
@@ -107,6 +108,7 @@ class GradientRecovery(Attack):
     """Recover neighbours' local steps from system knowledge; score them against the true local gradient."""
 
     name = "gradient_recovery"
+    headline = (Headline("recovery_median_cosine", 0.0, "higher", "a random direction"),)
 
     def __init__(self, invert: int = 0, iterations: int = 200, restarts: int = 1):
         for key, value, low in (

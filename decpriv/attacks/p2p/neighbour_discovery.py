@@ -25,6 +25,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
@@ -86,6 +87,7 @@ class NeighbourDiscovery(Attack):
     """Find each neighbour's closed neighbourhood among the nodes the attacker hears."""
 
     name = "neighbour_discovery"
+    headline = (Headline("discovery_final_exact_rate", 0.0, "higher", "a random guess of as many nodes"),)
 
     def __init__(self, max_free: int = 16):
         if not 1 <= max_free <= 20:

@@ -22,6 +22,7 @@ from decpriv.attacks.p2p.neighbourhood import closed, columns, coverable, requir
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 TARGETS = ("own", "zeros")
@@ -122,6 +123,7 @@ class StateOverride(Attack):
     """Set each coverable neighbour's aggregate to a chosen model; report how much of its state is ours."""
 
     name = "state_override"
+    headline = (Headline("override_mean_controlled_fraction", 0.0, "higher", "the honest run"),)
     active = True  # forges messages (behaviour)
 
     def __init__(

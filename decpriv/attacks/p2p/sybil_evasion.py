@@ -33,6 +33,7 @@ from decpriv.attacks.p2p.scores import SCORES
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.report.plots import plt
 from decpriv.truth import Truth
 
@@ -125,6 +126,11 @@ class SybilEvasion(Attack):
     """Recover one victim's update from two Sybils' aggregates; score it and the attacks it feeds."""
 
     name = "sybil_evasion"
+    headline = (
+        Headline(
+            "sybil_max_relative_error", "received_min_relative_error", "lower", "what one node receives"
+        ),
+    )
 
     def __init__(
         self,

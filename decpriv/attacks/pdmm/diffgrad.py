@@ -39,6 +39,7 @@ from decpriv.attacks.pdmm.leak import (
 )
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
+from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
@@ -76,6 +77,10 @@ class DiffGradPlan:
 
 class DiffGrad(Attack):
     name = "diffgrad"
+    headline = (
+        Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
+        Headline("attack_l2_error", None, "lower"),
+    )
 
     def __init__(
         self,

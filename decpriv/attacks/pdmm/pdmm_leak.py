@@ -20,6 +20,7 @@ from decpriv.attacks.pdmm.leak import (
 )
 from decpriv.errors import bad
 from decpriv.report.findings import Findings, keyed
+from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
 
@@ -38,6 +39,10 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 class PDMMLeak(Attack):
     name = "pdmm_leak"
+    headline = (
+        Headline("leak_difference_error_median", 1.0, "lower", "guessing zero"),
+        Headline("leak_plain_gradient_error_median", 1.0, "lower", "guessing zero"),
+    )
 
     def __init__(
         self,
