@@ -35,6 +35,7 @@ from decpriv.attacks.base import Attack
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.report.findings import Findings, keyed
+from decpriv.report.headline import Headline
 from decpriv.rng import Seeds
 from decpriv.truth import Truth
 
@@ -45,6 +46,8 @@ class Audit(Attack):
     name = "audit"
     needs_adversary = False  # the adversary is the accountant's observer, instantiated by the audit
     audits = True  # the pipeline hands it the mechanism (plan_trials) and the accountant's table (reconcile)
+    # sound when the measured lower bound stays at or below what the accountant claims for the same pair
+    headline = (Headline("audit_epsilon", "audit_epsilon_accountant", "lower", "the accountant's value"),)
 
     def __init__(
         self,
