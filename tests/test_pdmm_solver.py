@@ -15,7 +15,17 @@ from decpriv.protocols.pdmm import NotConverged
 
 
 def simulate(overrides):
-    cfg, _ = compose_config(["protocol=pdmm", "attack=diffgrad", "attack.victims=null", *overrides])
+    # softmax on the full digits, as the cases below were sized (the default is now an MLP on digits_small)
+    cfg, _ = compose_config(
+        [
+            "protocol=pdmm",
+            "attack=diffgrad",
+            "attack.victims=null",
+            "model=softmax",
+            "data=digits",
+            *overrides,
+        ]
+    )
     setup = experiment.build(cfg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
