@@ -197,3 +197,30 @@ def test_bad_config_is_refused():
         InversionConfig(cost="l1")
     with pytest.raises(ConfigError, match="attack.iterations"):
         InversionConfig(iterations=0)
+
+
+def test_inversion_reports_its_loss_to_the_terminal_status_as_it_goes(data):
+    """On a terminal the attack's live status shows the optimiser's best loss every 25 steps (as breaching
+    prints its loss); without a terminal nothing is printed or logged per iteration."""
+    from decpriv.report import progress
+
+    class Status:  # rich's Status, as far as the progress handler uses it
+        def __init__(self):
+            self.texts = []
+
+        def update(self, text):
+            self.texts.append(text)
+
+    model = mlp(SHAPE, 10, hidden=[100])
+    theta = model.init(1, 0)[0]
+    target = grad(model.loss)(theta, data[0][:1], data[1][:1])
+    status = Status()
+    with progress._shown(status, "attack dlg"):
+        invert(model, theta, target, SHAPE, 10, 1, None, (0.0, 1.0), InversionConfig(iterations=50), _gen())
+    assert [t.split(",")[0] for t in status.texts] == [
+        "attack dlg: iteration 25 of 50",
+        "attack dlg: iteration 50 of 50",
+    ]
+    assert all("best loss" in t for t in status.texts)
+    assert not any(isinstance(h, progress._StatusLine) for h in progress.updates.handlers)  # detached after
+    assert progress.updates.level == 0

@@ -17,6 +17,10 @@ from rich.console import Console
 from decpriv.report.run_folder import RunFolder
 
 log = logging.getLogger("decpriv")
+# What a long attack says as it goes (an optimiser's loss, an elimination's block, an audit's trials): shown
+# in the attack's live status on a terminal, nowhere else (the job log keeps phases, not iterations).
+updates = logging.getLogger("decpriv.progress")
+updates.propagate = False
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job log format
 
 
@@ -44,7 +48,7 @@ def phase(folder: RunFolder, name: str, terminal: bool, label: str = ""):
     begin = time.perf_counter()
     log.info("%s: started%s", name, f" ({label})" if label else "")
     status = Console(stderr=True).status(f"{name} {label}".strip()) if terminal and name == "attack" else None
-    with folder.phase(name), status if status is not None else _nothing():
+    with folder.phase(name), status if status is not None else _nothing(), _shown(status, f"{name} {label}"):
         yield
     seconds = time.perf_counter() - begin
     log.info("%s: %.2f s", name, seconds)
@@ -63,3 +67,30 @@ def _sweep_job() -> bool:
 @contextmanager
 def _nothing():
     yield
+
+
+class _StatusLine(logging.Handler):
+    """Each progress record becomes the live status's text."""
+
+    def __init__(self, status, prefix: str):
+        super().__init__(logging.DEBUG)
+        self.status, self.prefix = status, prefix.strip()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.status.update(f"{self.prefix}: {record.getMessage()}")
+
+
+@contextmanager
+def _shown(status, prefix: str):
+    """While the block runs, ``updates`` records reach the terminal's status (when there is one)."""
+    if status is None:
+        yield
+        return
+    handler = _StatusLine(status, prefix)
+    updates.addHandler(handler)
+    updates.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        updates.removeHandler(handler)
+        updates.setLevel(logging.NOTSET)

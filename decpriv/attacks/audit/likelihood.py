@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from decpriv.attacks.audit.bounds import clopper_pearson_upper, dp_lower, gdp_lower
+from decpriv.report.progress import updates
 
 QUANTILES = 199  # candidate thresholds per source, at quantiles of its fit statistics
 
@@ -94,6 +95,9 @@ def heldout_counts(draw, fit: int, total: int, chunk: int, alpha: float, delta: 
     tau = choose_thresholds(*draw("fit", fit), alpha, delta)
     counts = np.zeros((2, 4, pairs), dtype=np.int64)
     for index, start in enumerate(range(0, total, chunk)):
+        updates.debug(
+            "trials %d-%d of %d (after %d to fit the test)", start, min(total, start + chunk), total, fit
+        )
         t, signs = draw(f"eval.{index}", min(chunk, total - start))
         negative = signs.numpy() < 0
         counts[0] += error_counts(t.numpy(), negative, tau.gdp)

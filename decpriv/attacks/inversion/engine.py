@@ -26,11 +26,14 @@ from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
 from decpriv.attacks.inversion.optimisers import adam, lbfgs
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
+from decpriv.report.progress import updates
 
 COST_NAMES = tuple(COSTS)
 OPTIMISERS = ("lbfgs", "adam")
 INITS = ("randn", "rand", "zeros")
 LABEL_MODES = ("infer", "enumerate", "optimise")
+
+PROGRESS_EVERY = 25  # optimiser steps between two status updates on a terminal
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,8 @@ def invert(
         best_value.copy_(torch.where(better, value, best_value))
         best_u.copy_(torch.where(better[:, None], u, best_u))
         trace.append(float(best_value.min()))
+        if len(trace) % PROGRESS_EVERY == 0:  # as breaching prints its loss
+            updates.debug("iteration %d of %d, best loss %.4g", len(trace), config.iterations, trace[-1])
 
     u0 = project(u0)
     if config.optimiser == "adam":

@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify, full_rank_steps
 from decpriv.errors import ConfigError, bad
 from decpriv.graphs.rational import rational_form
+from decpriv.report.progress import updates
 
 MARGIN = 1e3  # how far from a threshold a float64 decision must lie to be taken without a certificate
 DENSE_LIMIT = 2000  # above this many nodes the certified full-rank test runs before the dense float64 one
@@ -138,6 +139,7 @@ def fold_qr(blocks: Iterator[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np
         width = pending[-1].shape[1]
         if sum(b.shape[0] for b in pending) >= 4 * width:
             R, pending = fold(R, pending), []
+            updates.debug("elimination: %d rows of K_T folded into R", rows)
     if width is None:
         raise ValueError("the knowledge matrix has no rows")
     if pending:
