@@ -23,13 +23,13 @@ import flint
 import numpy as np
 import scipy.sparse as sp
 
-from decpriv.graphs.rational import rational_form
+from decpriv.graphs.rational import RationalForm, rational_form
 
 
-def integer_gossip(W: sp.sparray) -> flint.fmpz_mat | None:
+def integer_gossip(W: sp.sparray, form: RationalForm | None = None) -> flint.fmpz_mat | None:
     """A = d W as a FLINT integer matrix (same row spaces for every power), or None when W is not a
-    matrix of small-denominator fractions."""
-    form = rational_form(W)
+    matrix of small-denominator fractions; ``form``: W's rational form when the caller has read it."""
+    form = form or rational_form(W)
     if form.rows is None:
         return None
     n = W.shape[0]

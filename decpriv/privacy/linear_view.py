@@ -37,6 +37,7 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import shortest_path
 
+from decpriv.graphs.rational import RationalForm
 from decpriv.privacy.exact_view import integer_gossip, krylov_rows, orthonormal_basis, projector
 
 EXACT_WIDTH = 1e-9  # a worst case known within this (in units of the level) is reported as exact
@@ -253,15 +254,20 @@ def exact_cost(n: int, steps: int, rounds: int, width: int, bits: int = 0) -> fl
 
 
 def whole_view_loss(
-    W: sp.sparray, adjacency: sp.sparray, steps: int, rounds: int, chunk_bytes: float = 2e8
+    W: sp.sparray,
+    adjacency: sp.sparray,
+    steps: int,
+    rounds: int,
+    chunk_bytes: float = 2e8,
+    form: RationalForm | None = None,
 ) -> ViewLoss:
     """Worst-case Renyi loss of u's T contributions in v's view, [u, v] matrices, in units of the
     per-round local-DP level (at most T); diagonal zero. An observer whose row space could not be decided
     exactly gets bounds, labelled as such: with T = 1 the float leverage plus its Wedin error (capped by the
-    reach bound), with T > 1 the reach bound."""
+    reach bound), with T > 1 the reach bound. ``form``: W's rational form when the caller has read it."""
     n = W.shape[0]
     width = closed_neighbourhoods(adjacency).shape[1]
-    integer = integer_gossip(W)
+    integer = integer_gossip(W, form)
     # bytes per observer: view rows and SVD factors, then (T > 1) the filter's state errors, Q and P
     per_observer = 8 * 3 * steps * width * n + (
         8 * (n * n * rounds + n * rounds**2 + 3 * n * n) if rounds > 1 else 0

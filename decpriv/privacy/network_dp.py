@@ -181,7 +181,7 @@ class NetworkDPAccountant(Accountant):
         bits = form.d.bit_length() if form.rows is not None else 0
         cost = exact_cost(network.n, steps, draws, width, bits)
         if self.method == "exact" or (self.method == "auto" and cost <= self.max_flops):
-            return whole_view_loss(network.W, network.adjacency, steps, draws), cost
+            return whole_view_loss(network.W, network.adjacency, steps, draws, form=form), cost
         exact = np.eye(network.n, dtype=bool)
         reach = reach_bound(distance, steps, draws)
         return ViewLoss(reach, exact, np.full_like(reach, np.nan), float("nan"), "none"), cost

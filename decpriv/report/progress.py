@@ -29,15 +29,24 @@ def job_log(folder: Path):
     """Records of the ``decpriv`` logger go to ``folder/decpriv.log`` while the block runs."""
     handler = logging.FileHandler(folder / "decpriv.log", delay=True)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    try:
+        with _attached(log, handler, logging.INFO):
+            yield
+    finally:
+        handler.close()
+
+
+@contextmanager
+def _attached(logger: logging.Logger, handler: logging.Handler, level: int):
+    """``handler`` on ``logger`` at ``level`` while the block runs; both restored after it."""
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
     try:
         yield
     finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-        handler.close()
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
 
 
 @contextmanager
@@ -86,11 +95,5 @@ def _shown(status, prefix: str):
     if status is None:
         yield
         return
-    handler = _StatusLine(status, prefix)
-    updates.addHandler(handler)
-    updates.setLevel(logging.DEBUG)
-    try:
+    with _attached(updates, _StatusLine(status, prefix), logging.DEBUG):
         yield
-    finally:
-        updates.removeHandler(handler)
-        updates.setLevel(logging.NOTSET)
