@@ -1,21 +1,21 @@
 """Config validation before any work: every plugin's keys are checked against the signature of the
-callable its ``_target_`` names (unknown keys, wrong types), and top-level keys against their allowed
-values. Each problem is one sentence naming the key, the value and the fix.
+callable its ``_target_`` names (unknown keys, wrong types, and the ranges and choices each key declares:
+:mod:`decpriv.config_types`), and top-level keys against their allowed values. Each problem is one
+sentence naming the key, the value and the fix.
 """
 
 import difflib
 import inspect
 import math
 import re
-import types
-import typing
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from hydra.utils import get_object
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from decpriv.config_types import declared, refusal
 from decpriv.errors import ConfigError, bad
 
 PLUGIN_GROUPS = (
@@ -43,34 +43,6 @@ INJECTED = {
 }  # filled in by the pipeline
 
 
-def _accepts(annotation: Any, value: Any) -> bool:
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(a, value) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if origin in (tuple, list) or annotation in (tuple, list):
-        return isinstance(value, list | tuple | ListConfig)
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict | DictConfig)
-    return True
-
-
-def _describe(annotation: Any) -> str:
-    text = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-    return text.replace("NoneType", "null")
-
-
 def check_plugin(group: str, node: DictConfig) -> None:
     """Check one plugin's keys against its ``_target_``'s signature."""
     target = node.get("_target_")
@@ -84,7 +56,7 @@ def check_plugin(group: str, node: DictConfig) -> None:
         raise bad(f"{group}._target_", target, "cannot be imported", "check the module path") from None
     params = inspect.signature(obj).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+    hints = declared(obj.__init__ if inspect.isclass(obj) else obj)
     for key in node:
         if key.startswith("_"):
             continue
@@ -96,11 +68,10 @@ def check_plugin(group: str, node: DictConfig) -> None:
                 f"{group}.{key}", node[key], f"{obj.__name__} has no such parameter", f"known keys: {known}"
             )
         value = OmegaConf.to_object(node[key]) if OmegaConf.is_config(node[key]) else node[key]
-        annotation = hints.get(key, params[key].annotation)
-        if not _accepts(annotation, value):
-            raise bad(
-                f"{group}.{key}", value, f"expected {_describe(annotation)}", "give a value of that type"
-            )
+        error = refusal(f"{group}.{key}", hints.get(key, params[key].annotation), value)
+        if error is not None:
+            error.plugin = group  # a default attack's refusal gets its hint (experiment.build_explained)
+            raise error
 
 
 @cache
@@ -113,8 +84,6 @@ def top_level_keys() -> frozenset[str]:
 
 FLOAT32_MAX = 3.4028234663852886e38  # models and messages compute in 32-bit floats
 INT64 = 2**63
-MAX_COUNT = 10_000_000  # rounds, steps: 10^7 rounds of the smallest run already take hours
-COUNTS = ("rounds", "eval_every", "local_steps", "gossip_steps")  # protocol keys that count rounds or steps
 
 
 def _unfit(node: Any, prefix: str) -> tuple[str, Any, str] | None:
@@ -133,23 +102,6 @@ def _unfit(node: Any, prefix: str) -> tuple[str, Any, str] | None:
         if found:
             return found
     return None
-
-
-def _check_counts(protocol: Any) -> None:
-    """Round and step counts are integers in 1..MAX_COUNT (``eval_every`` may be null: about 25 points).
-    0 and negative values are refused, never read as "the default"."""
-    for key in COUNTS:
-        value = protocol.get(key) if protocol is not None else None
-        if value is None or key not in protocol or not isinstance(value, int) or isinstance(value, bool):
-            continue  # absent, null, or a wrong type (the plugin check names the type)
-        if not 1 <= value <= MAX_COUNT:
-            fix = "null (about 25 points) or " if key == "eval_every" else ""
-            raise bad(
-                f"protocol.{key}",
-                value,
-                f"counts rounds or steps: between 1 and {MAX_COUNT:.0e}",
-                f"use {fix}a count in that range",
-            )
 
 
 def check_choices(cfg: DictConfig, choices: dict[str, Any]) -> None:
@@ -200,7 +152,6 @@ def validate(cfg: DictConfig) -> None:
     found = _unfit(OmegaConf.to_container(cfg, resolve=True), "")
     if found:
         raise bad(found[0], found[1], found[2], "give a smaller, finite number")
-    _check_counts(cfg.get("protocol"))
     name = cfg.get("name")
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
         raise bad(

@@ -2,7 +2,7 @@
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 import torch
@@ -11,6 +11,7 @@ from rich.progress import Progress
 from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.recorder import Recorder
+from decpriv.config_types import Range
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
@@ -93,19 +94,14 @@ class Protocol(ABC):
         """All rounds over all nodes at once; what the adversary sees goes through ``sim.recorder``."""
 
 
-def check_counts(**counts: int) -> None:
-    """Each named count (``rounds``, ``local_steps``, ``gossip_steps``) is at least 1."""
-    for key, value in counts.items():
-        if value < 1:
-            raise bad(f"protocol.{key}", value, "must be at least 1", f"set protocol.{key} >= 1")
+MAX_COUNT = 10_000_000  # rounds, steps: 10^7 rounds of the smallest run already take hours
 
-
-def check_sgd(lr: float, batch_size: int | None) -> None:
-    """A positive learning rate and a positive (or null: full) batch size."""
-    if lr <= 0:
-        raise bad("protocol.lr", lr, "the learning rate must be positive", "use e.g. protocol.lr=0.1")
-    if batch_size is not None and batch_size < 1:
-        raise bad("protocol.batch_size", batch_size, "must be positive or null (full batch)", "use e.g. 16")
+# What protocols' keys accept (decpriv.config_types): declared once, checked before any build.
+Count = Annotated[int, Range(ge=1, le=MAX_COUNT, what="a count of rounds or steps")]
+EvalEvery = Annotated[int, Range(ge=1, le=MAX_COUNT, what="the evaluation interval (rounds)")] | None
+LearningRate = Annotated[float, Range(gt=0, what="the learning rate", eg=0.1)]
+BatchSize = Annotated[int, Range(ge=1, what="a batch size (null: the full local set)", eg=16)] | None
+Precision = Literal["float32", "float64"]
 
 
 def check_average_last(average_last: int | None, rounds: int) -> None:
@@ -116,11 +112,6 @@ def check_average_last(average_last: int | None, rounds: int) -> None:
             f"the window must lie within the {rounds} rounds",
             f"use 1..{rounds} or null (last round only)",
         )
-
-
-def check_dtype(dtype: str) -> None:
-    if dtype not in ("float32", "float64"):
-        raise bad("protocol.dtype", dtype, "unsupported precision", "use float32 or float64")
 
 
 def eval_rounds(rounds: int, every: int | None, points: int = 25) -> set[int]:

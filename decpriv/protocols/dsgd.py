@@ -15,10 +15,13 @@ alternates between two state buffers (``addmm_`` in place). A fresh 31 MB tensor
 MLP) costs its page faults on first touch, more than the sparse product itself.
 """
 
+from typing import Annotated
+
 import pandas as pd
 import torch
 
 from decpriv.adversary.behaviour import apply_forgery
+from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad
@@ -26,13 +29,15 @@ from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import (
+    BatchSize,
+    Count,
+    EvalEvery,
+    LearningRate,
     Outcome,
+    Precision,
     Protocol,
     Simulation,
     check_average_last,
-    check_counts,
-    check_dtype,
-    check_sgd,
     eval_rounds,
 )
 
@@ -50,6 +55,7 @@ def check_batch_size(batch_size: int | None, network: Network, dataset: Dataset)
         )
 
 
+@checked("protocol")
 class DSGD(Protocol):
     name = "dsgd"
     public = (
@@ -68,24 +74,19 @@ class DSGD(Protocol):
 
     def __init__(
         self,
-        rounds: int = 100,
-        lr: float = 0.1,
-        batch_size: int | None = 16,
-        local_steps: int = 1,
-        momentum: float = 0.0,
+        rounds: Count = 100,
+        lr: LearningRate = 0.1,
+        batch_size: BatchSize = 16,
+        local_steps: Count = 1,
+        momentum: Annotated[float, Range(ge=0, lt=1, what="momentum", eg=0.9)] = 0.0,
         weight_decay: float = 0.0,
-        gossip_steps: int = 1,
+        gossip_steps: Count = 1,
         same_init: bool = True,
-        eval_every: int | None = None,
+        eval_every: EvalEvery = None,
         average_last: int | None = None,
-        dtype: str = "float32",
+        dtype: Precision = "float32",
     ):
-        check_counts(rounds=rounds, local_steps=local_steps, gossip_steps=gossip_steps)
-        check_sgd(lr, batch_size)
-        if not 0 <= momentum < 1:
-            raise bad("protocol.momentum", momentum, "momentum lies in [0, 1)", "use e.g. 0.9")
-        check_average_last(average_last, rounds)
-        check_dtype(dtype)
+        check_average_last(average_last, rounds)  # a window within the rounds: two keys
         self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
         self.local_steps, self.momentum, self.weight_decay = local_steps, momentum, weight_decay
         self.gossip_steps, self.same_init, self.eval_every = gossip_steps, same_init, eval_every

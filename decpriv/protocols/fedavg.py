@@ -10,18 +10,28 @@ and equal sets, a FedAvg round equals a D-PSGD round on the complete graph (Pasq
 """
 
 import math
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
-from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_sgd, eval_rounds
+from decpriv.protocols.base import (
+    BatchSize,
+    Count,
+    EvalEvery,
+    LearningRate,
+    Outcome,
+    Protocol,
+    Simulation,
+    eval_rounds,
+)
 from decpriv.protocols.dsgd import check_batch_size
 
 
@@ -34,28 +44,24 @@ def client_nodes(network: Network) -> np.ndarray:
     return np.arange(n)
 
 
+Fraction = Annotated[float, Range(gt=0, le=1, what="the share of clients sampled each round", eg=1.0)]
+
+
+@checked("protocol")
 class FedAvg(Protocol):
     name = "fedavg"
     public = ("rounds", "lr", "batch_size", "local_steps", "client_fraction", "local_epochs")
 
     def __init__(
         self,
-        rounds: int = 50,
-        lr: float = 0.1,
-        batch_size: int | None = 16,
-        local_steps: int = 1,
-        client_fraction: float = 1.0,
-        eval_every: int | None = None,
-        local_epochs: float | None = None,
+        rounds: Count = 50,
+        lr: LearningRate = 0.1,
+        batch_size: BatchSize = 16,
+        local_steps: Count = 1,
+        client_fraction: Fraction = 1.0,
+        eval_every: EvalEvery = None,
+        local_epochs: Annotated[float, Range(gt=0, what="passes over the local set", eg=1)] | None = None,
     ):
-        check_counts(rounds=rounds, local_steps=local_steps)
-        check_sgd(lr, batch_size)
-        if local_epochs is not None and local_epochs <= 0:
-            raise bad("protocol.local_epochs", local_epochs, "must be positive", "use e.g. 1 or null")
-        if not 0 < client_fraction <= 1:
-            raise bad(
-                "protocol.client_fraction", client_fraction, "a fraction lies in (0, 1]", "use e.g. 1.0"
-            )
         self.rounds, self.lr, self.batch_size, self.local_steps = rounds, lr, batch_size, local_steps
         self.client_fraction, self.eval_every, self.local_epochs = client_fraction, eval_every, local_epochs
 
@@ -115,6 +121,12 @@ class FedSGD(FedAvg):
     name = "fedsgd"
 
     def __init__(
-        self, rounds: int = 50, lr: float = 0.1, client_fraction: float = 1.0, eval_every: int | None = None
+        self,
+        rounds: Count = 50,
+        lr: LearningRate = 0.1,
+        client_fraction: Fraction = 1.0,
+        eval_every: EvalEvery = None,
     ):
-        super().__init__(rounds, lr, None, 1, client_fraction, eval_every, None)
+        super().__init__(
+            rounds=rounds, lr=lr, batch_size=None, client_fraction=client_fraction, eval_every=eval_every
+        )

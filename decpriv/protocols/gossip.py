@@ -9,20 +9,24 @@ mean at rate (1 - gap)^k; with the row-stochastic ``uniform`` W they agree on a 
 import pandas as pd
 import torch
 
+from decpriv.config_types import checked
 from decpriv.metrics.training import consensus_distance
-from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_dtype, eval_rounds
+from decpriv.protocols.base import Count, EvalEvery, Outcome, Precision, Protocol, Simulation, eval_rounds
 
 
+@checked("protocol")
 class GossipAveraging(Protocol):
     name = "gossip"
     public = ("rounds", "accelerated")
     noised = "values"
 
     def __init__(
-        self, rounds: int = 10, accelerated: bool = False, dtype: str = "float64", eval_every: int | None = 1
+        self,
+        rounds: Count = 10,
+        accelerated: bool = False,
+        dtype: Precision = "float64",
+        eval_every: EvalEvery = 1,
     ):
-        check_counts(rounds=rounds)
-        check_dtype(dtype)
         self.rounds = rounds
         self.accelerated = accelerated
         self.dtype = dtype

@@ -22,21 +22,26 @@ Edge variables are stacked as a (2E, p) tensor over directed edges (i -> j holds
 """
 
 import warnings
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.func import grad, hessian, vmap
 
+from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, check_dtype, eval_rounds
+from decpriv.protocols.base import MAX_COUNT, EvalEvery, Outcome, Precision, Protocol, Simulation, eval_rounds
 from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton
 
-UPDATES = ("exact", "inexact", "qa")
+Rounds = Annotated[int, Range(ge=3, le=MAX_COUNT, what="PDMM's number of rounds")]
+Penalty = Annotated[float, Range(gt=0, what="the penalty rho", eg=0.4)]
+Tolerance = Annotated[float, Range(gt=0, what="the residual tolerance", eg=1e-8)]
+MaxInner = Annotated[int, Range(ge=1, what="the number of inner iterations", eg=500)]
 
 
 class NotConverged(RuntimeError):
@@ -67,6 +72,7 @@ def last_change(trajectory: torch.Tensor) -> float:
     return float((trajectory[-1] - trajectory[-3]).norm() / trajectory[-1].norm().clamp_min(1e-300))
 
 
+@checked("protocol")
 class PDMM(Protocol):
     name = "pdmm"
     recorder_kind = "edges"
@@ -75,46 +81,25 @@ class PDMM(Protocol):
 
     def __init__(
         self,
-        rounds: int = 100,
-        rho: float = 0.4,
-        theta: float = 1.0,
-        update: str = "exact",
-        k_max: int = 1,
-        alpha: float = 0.1,
-        mu: float = 1.0,
-        z_std: float = 0.0,
-        tol: float = 1e-8,
-        max_inner: int = 500,
+        rounds: Rounds = 100,
+        rho: Penalty = 0.4,
+        theta: Annotated[
+            float, Range(gt=0, le=1, what="the averaging weight (1: PDMM, 0.5: ADMM)", eg=1)
+        ] = 1.0,
+        update: Literal["exact", "inexact", "qa"] = "exact",
+        k_max: Annotated[int, Range(ge=1, what="the number of inner steps")] = 1,
+        alpha: Annotated[float, Range(gt=0, what="the inner step size", eg=0.1)] = 0.1,
+        mu: Annotated[float, Range(gt=0, what="the QA curvature", eg=1)] = 1.0,
+        z_std: Annotated[float, Range(ge=0, what="a standard deviation", eg=10)] = 0.0,
+        tol: Tolerance = 1e-8,
+        max_inner: MaxInner = 500,
         newton_max: int = 64,
         strict: bool = False,
-        eval_every: int | None = None,
-        dtype: str = "float64",
+        eval_every: EvalEvery = None,
+        dtype: Precision = "float64",
     ):
-        if rounds < 3:
-            raise bad("protocol.rounds", rounds, "PDMM needs at least 3 rounds", "use protocol.rounds >= 3")
-        if not 0 < theta <= 1:
-            raise bad(
-                "protocol.theta", theta, "the averaging weight lies in (0, 1]", "use 1 (PDMM) or 0.5 (ADMM)"
-            )
-        if rho <= 0:
-            raise bad("protocol.rho", rho, "the penalty must be positive", "use e.g. protocol.rho=0.4")
-        if update not in UPDATES:
-            raise bad("protocol.update", update, "unknown local update", f"use one of {', '.join(UPDATES)}")
-        if k_max < 1:
-            raise bad("protocol.k_max", k_max, "at least one inner step is needed", "use protocol.k_max >= 1")
-        if alpha <= 0:
-            raise bad("protocol.alpha", alpha, "the inner step size must be positive", "use e.g. 0.1")
-        if mu <= 0:
-            raise bad("protocol.mu", mu, "the QA curvature must be positive", "use e.g. protocol.mu=1")
-        if z_std < 0:
-            raise bad("protocol.z_std", z_std, "a standard deviation is non-negative", "use e.g. 10")
-        check_dtype(dtype)
         self.rounds, self.rho, self.theta, self.update = rounds, rho, theta, update
         self.k_max, self.alpha, self.mu, self.z_std = k_max, alpha, mu, z_std
-        if not tol > 0:
-            raise bad("protocol.tol", tol, "the residual tolerance must be positive", "use e.g. 1e-8")
-        if max_inner < 1:
-            raise bad("protocol.max_inner", max_inner, "at least one inner iteration", "use e.g. 500")
         self.tol, self.max_inner, self.newton_max, self.strict = tol, max_inner, newton_max, strict
         self.eval_every, self.dtype = eval_every, dtype
 

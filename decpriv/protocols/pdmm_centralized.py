@@ -25,9 +25,18 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Simulation, eval_rounds
+from decpriv.protocols.base import EvalEvery, Outcome, Precision, Simulation, eval_rounds
 from decpriv.protocols.fedavg import client_nodes
-from decpriv.protocols.pdmm import PDMM, directed_edges, last_change, positions
+from decpriv.protocols.pdmm import (
+    PDMM,
+    MaxInner,
+    Penalty,
+    Rounds,
+    Tolerance,
+    directed_edges,
+    last_change,
+    positions,
+)
 
 
 def star_server(network: Network) -> int:
@@ -42,14 +51,14 @@ class PDMMCentralized(PDMM):
 
     def __init__(
         self,
-        rounds: int = 100,
-        rho: float = 0.4,
-        tol: float = 1e-8,
-        max_inner: int = 500,
+        rounds: Rounds = 100,
+        rho: Penalty = 0.4,
+        tol: Tolerance = 1e-8,
+        max_inner: MaxInner = 500,
         newton_max: int = 64,
         strict: bool = False,
-        eval_every: int | None = None,
-        dtype: str = "float64",
+        eval_every: EvalEvery = None,
+        dtype: Precision = "float64",
     ):
         super().__init__(
             rounds=rounds,

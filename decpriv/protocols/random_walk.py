@@ -13,23 +13,27 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv.config_types import checked
 from decpriv.data.datasets import Dataset
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import (
+    BatchSize,
+    Count,
+    EvalEvery,
+    LearningRate,
     Outcome,
+    Precision,
     Protocol,
     Simulation,
     check_average_last,
-    check_counts,
-    check_dtype,
-    check_sgd,
     eval_rounds,
 )
 from decpriv.protocols.dsgd import check_batch_size
 
 
+@checked("protocol")
 class RandomWalkSGD(Protocol):
     name = "random_walk"
     public = ("rounds", "lr", "batch_size", "local_steps", "average_last")
@@ -37,17 +41,14 @@ class RandomWalkSGD(Protocol):
 
     def __init__(
         self,
-        rounds: int = 1000,
-        lr: float = 0.1,
-        batch_size: int | None = 16,
-        eval_every: int | None = None,
+        rounds: Count = 1000,
+        lr: LearningRate = 0.1,
+        batch_size: BatchSize = 16,
+        eval_every: EvalEvery = None,
         average_last: int | None = None,
-        dtype: str = "float32",
+        dtype: Precision = "float32",
     ):
-        check_counts(rounds=rounds)
-        check_sgd(lr, batch_size)
-        check_average_last(average_last, rounds)
-        check_dtype(dtype)
+        check_average_last(average_last, rounds)  # a window within the rounds: two keys
         self.rounds, self.lr, self.batch_size = rounds, lr, batch_size
         self.eval_every, self.average_last, self.dtype = eval_every, average_last, dtype
         self.local_steps = 1
