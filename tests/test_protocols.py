@@ -313,9 +313,14 @@ def test_hyper_is_only_what_the_protocol_declares_public(option):
         (
             "dsgd",
             "protocol.gossip_steps=0",
-            "protocol.gossip_steps=0: must be at least 1; set protocol.gossip_steps >= 1",
+            "protocol.gossip_steps=0: a count of rounds or steps lies in [1, 1e+07]; "
+            "use protocol.gossip_steps in [1, 1e+07]",
         ),
-        ("fedavg", "protocol.local_steps=0", "protocol.local_steps=0: must be at least 1"),
+        (
+            "fedavg",
+            "protocol.local_steps=0",
+            "protocol.local_steps=0: a count of rounds or steps lies in [1, ",
+        ),
         ("random_walk", "protocol.lr=0.0", "protocol.lr=0.0: the learning rate must be positive"),
         (
             "random_walk",
@@ -325,7 +330,7 @@ def test_hyper_is_only_what_the_protocol_declares_public(option):
         (
             "gossip",
             "protocol.dtype=float16",
-            "protocol.dtype='float16': unsupported precision; use float32 or float64",
+            "protocol.dtype='float16': not one of its choices; use one of float32, float64",
         ),
     ],
 )

@@ -1,16 +1,15 @@
 """Which nodes the adversary controls and which messages it can see."""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import networkx as nx
 import numpy as np
 
+from decpriv.config_types import checked
 from decpriv.errors import ConfigError, bad
 from decpriv.graphs.network import Network
 from decpriv.rng import Seeds
-
-STRATEGIES = ("random", "max_degree", "min_degree", "first")
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,12 +145,13 @@ def _unread(node: Any) -> dict[str, str]:
     return rewire
 
 
+@checked("adversary")
 def choose_adversary(
     network: Network,
     seeds: Seeds,
     nodes: list[int] | None = None,
     count: int = 0,
-    strategy: str = "random",
+    strategy: Literal["random", "max_degree", "min_degree", "first"] = "random",
     eavesdropper: bool = False,
     sybils: int | None = None,
     rewire: bool = False,
@@ -189,8 +189,6 @@ def choose_adversary(
         return Adversary(chosen, eavesdropper)
     if not 0 <= count <= n:
         raise bad("adversary.count", count, f"the graph has {n} nodes", f"use 0..{n}")
-    if strategy not in STRATEGIES:
-        raise bad("adversary.strategy", strategy, "unknown strategy", f"use one of {', '.join(STRATEGIES)}")
     if strategy == "random":
         chosen = seeds.numpy("adversary").choice(n, size=count, replace=False)
     elif strategy == "first":

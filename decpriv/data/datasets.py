@@ -10,10 +10,12 @@ Images are kept in [0, 1] with shape (C, H, W) so that reconstructions are score
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.rng import Seeds
 
@@ -38,14 +40,10 @@ class Dataset:
         return self.x_train.dim() == 4
 
 
+TestFraction = Annotated[float, Range(ge=0, lt=1, what="the held-out share of the samples", eg=0.25)]
+
+
 def _split(name, x, y, test_fraction: float, rng: np.random.Generator, **kw) -> Dataset:
-    if not 0 <= test_fraction < 1:
-        raise bad(
-            "data.test_fraction",
-            test_fraction,
-            "the held-out share of the samples lies in [0, 1)",
-            "use e.g. data.test_fraction=0.25",
-        )
     order = rng.permutation(len(x))
     n_test = int(round(test_fraction * len(x)))
     test, train = order[:n_test], order[n_test:]
@@ -53,7 +51,8 @@ def _split(name, x, y, test_fraction: float, rng: np.random.Generator, **kw) -> 
     return Dataset(name, x[train], y[train], x[test], y[test], **kw)
 
 
-def digits(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
+@checked("data")
+def digits(seeds: Seeds, test_fraction: TestFraction = 0.25) -> Dataset:
     """scikit-learn's 8x8 handwritten digits (1797 images, 10 classes), pixels scaled to [0, 1]. Read from
     its packaged file as ``load_digits`` reads it, without importing scikit-learn (a second per process)."""
     from importlib.util import find_spec
@@ -67,7 +66,8 @@ def digits(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
     )
 
 
-def breast_cancer(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
+@checked("data")
+def breast_cancer(seeds: Seeds, test_fraction: TestFraction = 0.25) -> Dataset:
     """scikit-learn's Wisconsin breast cancer (569 x 30, binary), features standardised."""
     from sklearn.datasets import load_breast_cancer
 
@@ -84,22 +84,20 @@ def breast_cancer(seeds: Seeds, test_fraction: float = 0.25) -> Dataset:
     )
 
 
+@checked("data")
 def gaussian_classes(
     seeds: Seeds,
-    size: int = 2000,
-    dim: int = 2,
-    num_classes: int = 2,
+    size: Annotated[int, Range(ge=1, what="the number of samples")] = 2000,
+    dim: Annotated[int, Range(ge=1, what="the number of features")] = 2,
+    num_classes: Annotated[int, Range(ge=2, what="a classifier's number of classes")] = 2,
     separation: float = 1.0,
     std: float = 0.5,
-    test_fraction: float = 0.25,
+    test_fraction: TestFraction = 0.25,
 ) -> Dataset:
     """Gaussian classes: class k has mean ``separation * (2k/(K-1) - 1) * 1`` and covariance std^2 I.
 
     With the defaults this is Yu 2023's logistic-regression data: means (-1,-1) and (1,1), covariance 0.25 I.
     """
-    for key, value, low in (("size", size, 1), ("dim", dim, 1), ("num_classes", num_classes, 2)):
-        if value < low:  # one class or no feature: a classifier with nothing to tell apart
-            raise bad(f"data.{key}", value, f"must be at least {low}", f"set data.{key} >= {low}")
     rng = seeds.numpy("data.generate")
     y = rng.integers(num_classes, size=size)
     centres = separation * (2.0 * np.arange(num_classes) / max(num_classes - 1, 1) - 1.0)

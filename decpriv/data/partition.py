@@ -5,11 +5,15 @@ Every partitioner returns one index array per node; :class:`LocalData` stacks th
 """
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
+
+PerNode = Annotated[int, Range(ge=1, what="the number of samples per node")] | None
 
 
 def one_per_node(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -17,12 +21,11 @@ def one_per_node(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[n
     return iid(labels, n, rng, per_node=1)
 
 
-def iid(
-    labels: np.ndarray, n: int, rng: np.random.Generator, per_node: int | None = None
-) -> list[np.ndarray]:
+@checked("partition")
+def iid(labels: np.ndarray, n: int, rng: np.random.Generator, per_node: PerNode = None) -> list[np.ndarray]:
     """Uniform disjoint split; ``per_node`` samples each (default: all samples, as evenly as possible)."""
     total = len(labels)
-    if per_node is not None and (per_node < 1 or per_node * n > total):
+    if per_node is not None and per_node * n > total:
         raise bad(
             "partition.per_node",
             per_node,
@@ -47,15 +50,18 @@ def contiguous(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.
     return list(np.arange(len(labels)).reshape(n, -1))
 
 
+@checked("partition")
 def dirichlet(
-    labels: np.ndarray, n: int, rng: np.random.Generator, alpha: float = 0.5, per_node: int | None = None
+    labels: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    alpha: Annotated[float, Range(gt=0, what="the Dirichlet concentration", eg=0.5)] = 0.5,
+    per_node: PerNode = None,
 ) -> list[np.ndarray]:
     """Label skew: node v's class proportions ~ Dirichlet(alpha); disjoint; ``per_node`` samples each.
 
     Samples are dealt class by class without replacement, so shards never overlap (unlike DECOR's code).
     """
-    if alpha <= 0:
-        raise bad("partition.alpha", alpha, "the Dirichlet concentration must be positive", "use e.g. 0.5")
     classes = np.unique(labels)
     per_node = per_node or len(labels) // n
     if per_node * n > len(labels):
@@ -77,12 +83,14 @@ def dirichlet(
     return parts
 
 
+@checked("partition")
 def shards(
-    labels: np.ndarray, n: int, rng: np.random.Generator, shards_per_node: int = 2
+    labels: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    shards_per_node: Annotated[int, Range(ge=1, what="the number of shards a node receives", eg=2)] = 2,
 ) -> list[np.ndarray]:
     """McMahan et al.'s pathological split: sort by label, cut 2n shards, deal ``shards_per_node`` to each."""
-    if shards_per_node < 1:
-        raise bad("partition.shards_per_node", shards_per_node, "must be at least 1", "use 2")
     order = np.argsort(labels, kind="stable")
     pieces = np.array_split(order, n * shards_per_node)
     deal = rng.permutation(len(pieces)).reshape(n, shards_per_node)

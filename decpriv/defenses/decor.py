@@ -15,16 +15,24 @@ The network is needed for the edge list: :meth:`bind` takes it from the built se
 (the default for this defense) binds it in its ``check``.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense, Mechanism
-from decpriv.defenses.dp import clip_rows
+from decpriv.defenses.dp import Clip, Target, clip_rows
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
 
+NoiseStd = Annotated[float, Range(ge=0, what="a noise std", eg=10)] | None
+# sigma_cdp = cdp_excess * sigma_ldp / sqrt(n): at the CDP level itself infinite sigma_cor would be needed
+CdpExcess = Annotated[
+    float, Range(gt=1, what="sigma_cdp's factor over the CDP level sigma_ldp/sqrt(n)", eg=1.2)
+]
 
+
+@checked("defense")
 class Decor(Defense):
     """User-level clipping + private noise sigma_cdp + pairwise-cancelling correlated noise sigma_cor."""
 
@@ -33,36 +41,18 @@ class Decor(Defense):
 
     def __init__(
         self,
-        clip: float = 1.0,
-        sigma_cdp: float | None = None,
-        sigma_cor: float | None = None,
-        epsilon: float | None = 10.0,
-        cdp_excess: float = 1.2,
+        clip: Clip = 1.0,
+        sigma_cdp: NoiseStd = None,
+        sigma_cor: NoiseStd = None,
+        epsilon: Target = 10.0,
+        cdp_excess: CdpExcess = 1.2,
     ):
-        if clip <= 0:
-            raise bad("defense.clip", clip, "the clipping norm must be positive", "use e.g. defense.clip=1.0")
-        for key, value in (("sigma_cdp", sigma_cdp), ("sigma_cor", sigma_cor)):
-            if value is not None and value < 0:
-                raise bad(
-                    f"defense.{key}", value, "a noise std is non-negative", f"use e.g. defense.{key}=10"
-                )
         if epsilon is None and (sigma_cdp is None or sigma_cor is None):
             raise bad(
                 "defense.epsilon",
                 None,
                 "without a privacy target both noise levels must be given",
                 "set defense.epsilon, or defense.sigma_cdp and defense.sigma_cor",
-            )
-        if epsilon is not None and epsilon <= 0:
-            raise bad(
-                "defense.epsilon", epsilon, "a privacy target must be positive", "use e.g. defense.epsilon=5"
-            )
-        if cdp_excess <= 1:
-            raise bad(
-                "defense.cdp_excess",
-                cdp_excess,
-                "sigma_cdp must exceed the CDP level sigma_ldp/sqrt(n), where infinite sigma_cor would be needed",
-                "use e.g. defense.cdp_excess=1.2",
             )
         self.clip, self.sigma_cdp, self.sigma_cor = clip, sigma_cdp, sigma_cor
         self.epsilon, self.cdp_excess = epsilon, cdp_excess

@@ -12,10 +12,11 @@
 sigma before the run (target (epsilon, accountant.delta) over all local steps; it replaces ``sigma``).
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
@@ -27,9 +28,13 @@ def clip_rows(g: torch.Tensor, clip: float) -> torch.Tensor:
     return g * (clip / norms.clamp_min(1e-12)).clamp(max=1.0)
 
 
-def check_clip_and_noise(clip: float, sigma: float | None, epsilon: float | None) -> None:
-    if clip <= 0:
-        raise bad("defense.clip", clip, "the clipping norm must be positive", "use e.g. defense.clip=1.0")
+# What the Gaussian defenses' keys accept (decpriv.config_types)
+Clip = Annotated[float, Range(gt=0, what="the clipping norm", eg=1.0)]
+Target = Annotated[float, Range(gt=0, what="a privacy target", eg=5)] | None
+
+
+def check_noise(sigma: float | None, epsilon: float | None) -> None:
+    """A noise level or a privacy target to calibrate one from: two keys, one of them needed."""
     if sigma is None and epsilon is None:
         raise bad(
             "defense.sigma",
@@ -37,22 +42,22 @@ def check_clip_and_noise(clip: float, sigma: float | None, epsilon: float | None
             "no noise level and no privacy target",
             "set defense.sigma (noise multiplier) or defense.epsilon (target, calibrated)",
         )
-    if sigma is not None and sigma < 0:
-        raise bad("defense.sigma", sigma, "a noise multiplier is non-negative", "use e.g. defense.sigma=1.0")
-    if epsilon is not None and epsilon <= 0:
-        raise bad(
-            "defense.epsilon", epsilon, "a privacy target must be positive", "use e.g. defense.epsilon=5"
-        )
 
 
+@checked("defense")
 class GaussianDefense(Defense):
     """Clip, then add Gaussian noise of std ``sigma * clip * noise_scale(n)`` to each node's gradient."""
 
     level = "user"
     accountant = "rdp"
 
-    def __init__(self, clip: float = 1.0, sigma: float | None = 1.0, epsilon: float | None = None):
-        check_clip_and_noise(clip, sigma, epsilon)
+    def __init__(
+        self,
+        clip: Clip = 1.0,
+        sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
+        epsilon: Target = None,
+    ):
+        check_noise(sigma, epsilon)
         self.clip, self.sigma, self.epsilon = clip, sigma, epsilon
 
     def calibrate(self, sigma: float) -> None:

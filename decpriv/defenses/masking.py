@@ -17,10 +17,15 @@ All groups at once: masks are a (pairs, p) tensor, sums are index_add over (grou
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
+from decpriv.config_types import Range
 from decpriv.errors import bad
+
+# fractional bits of the fixed-point encoding: fewer lose the values, more leave no room in the ring
+Precision = Annotated[int, Range(ge=8, le=48, what="the fractional bits", eg=32)]
 
 
 @dataclass(frozen=True)

@@ -4,22 +4,19 @@ Each message gets fresh N(0, sigma^2 I) noise; on PDMM the receiver accumulates 
 noise stays in z. No privacy accounting is attached (the source gives none).
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
 
 
+@checked("defense")
 class MessageNoise(Defense):
     name = "message_noise"
 
-    def __init__(self, sigma: float = 0.01):
-        if sigma <= 0:
-            raise bad(
-                "defense.sigma", sigma, "the noise level must be positive", "use e.g. defense.sigma=0.01"
-            )
+    def __init__(self, sigma: Annotated[float, Range(gt=0, what="the noise level", eg=0.01)] = 0.01):
         self.sigma = sigma
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:

@@ -10,26 +10,27 @@ Private D-SGD with Muffliato (Sec. 5) is ``defense=ldp protocol.gossip_steps=K a
 the LDP gradient noise is the message noise gamma sigma C of the paper's PRIVATE_GOSSIP_AVERAGING.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.defenses.dp import clip_rows
-from decpriv.errors import bad
 
 
+@checked("defense")
 class Muffliato(Defense):
     """Clip each node's value to radius C, add N(0, sigma^2 C^2 I) once before gossip."""
 
     name = "muffliato"
     accountant = "network_dp"
 
-    def __init__(self, clip: float = 1.0, sigma: float = 1.0):
-        if clip <= 0:
-            raise bad("defense.clip", clip, "the radius of the values' ball must be positive", "use e.g. 1.0")
-        if sigma <= 0:
-            raise bad("defense.sigma", sigma, "Muffliato needs noise", "use e.g. defense.sigma=1.0")
+    def __init__(
+        self,
+        clip: Annotated[float, Range(gt=0, what="the radius of the values' ball", eg=1.0)] = 1.0,
+        sigma: Annotated[float, Range(gt=0, what="Muffliato's noise multiplier", eg=1.0)] = 1.0,
+    ):
         self.clip, self.sigma = clip, sigma
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:

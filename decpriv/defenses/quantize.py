@@ -5,20 +5,19 @@ values, so the error enters z (as the thesis models it: uniform additive noise o
 of being averaged away. Simulated rather than taken from the thesis's closed form.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
 
 
+@checked("defense")
 class Quantize(Defense):
     name = "quantize"
 
-    def __init__(self, cell: float = 0.01):
-        if cell <= 0:
-            raise bad("defense.cell", cell, "the cell width must be positive", "use e.g. defense.cell=0.01")
+    def __init__(self, cell: Annotated[float, Range(gt=0, what="the cell width", eg=0.01)] = 0.01):
         self.cell = cell
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:

@@ -11,12 +11,13 @@ per client, the sum of the shares those aggregators hold, divided by w_u (unifor
 update itself at k), and the global model.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense
-from decpriv.defenses.masking import Ring
+from decpriv.defenses.masking import Precision, Ring
 from decpriv.errors import bad
 
 if TYPE_CHECKING:
@@ -30,14 +31,16 @@ def additive_shares(ring: Ring, encoded: torch.Tensor, k: int, generator: torch.
     return torch.cat([first, last[None]])
 
 
+@checked("defense")
 class SecretSharing(Defense):
     name = "secret_sharing"
 
-    def __init__(self, aggregators: int = 2, colluding: int = 1, precision: int = 32):
-        if aggregators < 2:
-            raise bad(
-                "defense.aggregators", aggregators, "sharing needs at least two aggregators", "use e.g. 2"
-            )
+    def __init__(
+        self,
+        aggregators: Annotated[int, Range(ge=2, what="secret sharing's number of aggregators", eg=2)] = 2,
+        colluding: int = 1,
+        precision: Precision = 32,
+    ):
         if not 0 <= colluding <= aggregators:
             raise bad(
                 "defense.colluding",
@@ -45,8 +48,6 @@ class SecretSharing(Defense):
                 f"the adversary controls between 0 and {aggregators} aggregators",
                 f"use 0..{aggregators}",
             )
-        if not 8 <= precision <= 48:
-            raise bad("defense.precision", precision, "fractional bits lie in 8..48", "use e.g. 32")
         self.aggregators, self.colluding, self.precision = aggregators, colluding, precision
         self._ring: Ring | None = None
         self._messages = self._rounds = 0

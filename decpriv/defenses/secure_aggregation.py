@@ -20,13 +20,14 @@ read as a fixed-point number (its own nodes' messages in the clear, NaN for a me
 arrived) and the revealed sum (NaN when aborted); an eavesdropper also sees every masked message.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense
-from decpriv.defenses.masking import Groups, MaskedSum, Ring, pairwise_masked_sum
+from decpriv.defenses.masking import Groups, MaskedSum, Precision, Ring, pairwise_masked_sum
 from decpriv.errors import bad
 
 if TYPE_CHECKING:
@@ -35,19 +36,18 @@ if TYPE_CHECKING:
 PROTOCOLS = ("dsgd", "fedavg", "fedsgd")
 
 
+@checked("defense")
 class SecureAggregation(Defense):
     name = "secure_aggregation"
     hides_updates = True
 
     def __init__(
-        self, threshold: int = 3, fault_tolerant: bool = True, dropout: float = 0.0, precision: int = 32
+        self,
+        threshold: Annotated[int, Range(ge=1, what="the survivors needed to reveal a sum", eg=3)] = 3,
+        fault_tolerant: bool = True,
+        dropout: Annotated[float, Range(ge=0, lt=1, what="a drop-out probability", eg=0.1)] = 0.0,
+        precision: Precision = 32,
     ):
-        if threshold < 1:
-            raise bad("defense.threshold", threshold, "at least one member must survive", "use e.g. 3")
-        if not 0 <= dropout < 1:
-            raise bad("defense.dropout", dropout, "a probability lies in [0, 1)", "use e.g. 0.1")
-        if not 8 <= precision <= 48:
-            raise bad("defense.precision", precision, "fractional bits lie in 8..48", "use e.g. 32")
         self.threshold, self.fault_tolerant, self.dropout = threshold, fault_tolerant, dropout
         self.precision = precision
         self._ring: Ring | None = None

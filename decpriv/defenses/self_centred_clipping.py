@@ -4,10 +4,12 @@ App. A.1) show amplifies local generalisation:
 One pass over the nonzeros of W (stacked edge tensors, no loop over nodes).
 """
 
+from typing import Annotated
+
 import torch
 
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
 
 
 def edges_of(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -20,13 +22,12 @@ def edges_of(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return rows, cols, W[rows, cols]
 
 
+@checked("defense")
 class SelfCentredClipping(Defense):
     name = "self_centred_clipping"
     own_aggregation = True
 
-    def __init__(self, tau: float = 1.0):
-        if tau <= 0:
-            raise bad("defense.tau", tau, "the clipping radius must be positive", "use e.g. defense.tau=1.0")
+    def __init__(self, tau: Annotated[float, Range(gt=0, what="the clipping radius", eg=1.0)] = 1.0):
         self.tau = tau
 
     def aggregate(self, W: torch.Tensor, messages: torch.Tensor) -> torch.Tensor:

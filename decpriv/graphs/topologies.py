@@ -9,10 +9,12 @@ import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import networkx as nx
 import numpy as np
 
+from decpriv.config_types import Range, checked
 from decpriv.errors import ConfigError, bad
 
 MAX_TRIES = 100
@@ -22,16 +24,12 @@ FAST_GNP = 2000
 MAX_NODES = 10_000_000  # a networkx graph holds about 1 KB a node and edge: 10^7 nodes fill 10+ GB
 
 
-def _positive_n(n: int, minimum: int = 2) -> None:
-    if not isinstance(n, int) or n < minimum:
-        raise bad("topology.n", n, f"a graph needs at least {minimum} nodes", f"set topology.n >= {minimum}")
-    if n > MAX_NODES:
-        raise bad(
-            "topology.n",
-            n,
-            "more nodes than a simulation on one machine holds",
-            f"use at most {MAX_NODES:.0e}",
-        )
+def nodes(minimum: int = 2) -> Range:
+    """``topology.n``: at least ``minimum`` nodes, at most what one machine simulates."""
+    return Range(ge=minimum, le=MAX_NODES, what="the number of nodes")
+
+
+Nodes = Annotated[int, nodes()]
 
 
 def _connected(sample: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Graph:
@@ -53,33 +51,33 @@ def _family(graph: nx.Graph, name: str) -> nx.Graph:
     return graph
 
 
-def ring(n: int = 16) -> nx.Graph:
+@checked("topology")
+def ring(n: Annotated[int, nodes(3)] = 16) -> nx.Graph:
     """Cycle graph C_n."""
-    _positive_n(n, 3)
     return _family(nx.cycle_graph(n), "ring")
 
 
-def line(n: int = 16) -> nx.Graph:
+@checked("topology")
+def line(n: Nodes = 16) -> nx.Graph:
     """Path graph P_n (El Mrini et al. 2024, Fig. 4: D-GD on a line of 31 nodes)."""
-    _positive_n(n)
     return nx.path_graph(n)
 
 
-def complete(n: int = 16) -> nx.Graph:
+@checked("topology")
+def complete(n: Nodes = 16) -> nx.Graph:
     """Complete graph K_n: every node talks to every other (the federated / CDP limit)."""
-    _positive_n(n)
     return _family(nx.complete_graph(n), "complete")
 
 
-def star(n: int = 16) -> nx.Graph:
+@checked("topology")
+def star(n: Nodes = 16) -> nx.Graph:
     """Star with node 0 as the server and n-1 clients (federated protocols)."""
-    _positive_n(n)
     return _family(nx.star_graph(n - 1), "star")
 
 
-def torus(n: int = 16) -> nx.Graph:
+@checked("topology")
+def torus(n: Annotated[int, nodes(9)] = 16) -> nx.Graph:
     """Periodic 2-D grid of side sqrt(n): every node has 4 neighbours (Pasquini et al. torus-n)."""
-    _positive_n(n, 9)
     side = math.isqrt(n)
     if side * side != n:
         lo, hi = side * side, (side + 1) ** 2
@@ -88,9 +86,9 @@ def torus(n: int = 16) -> nx.Graph:
     return _family(nx.convert_node_labels_to_integers(grid, ordering="sorted"), "torus")
 
 
-def hypercube(n: int = 16) -> nx.Graph:
+@checked("topology")
+def hypercube(n: Nodes = 16) -> nx.Graph:
     """Hypercube on n = 2^k nodes."""
-    _positive_n(n)
     k = n.bit_length() - 1
     if 2**k != n:
         raise bad(
@@ -99,9 +97,9 @@ def hypercube(n: int = 16) -> nx.Graph:
     return _family(nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted"), "hypercube")
 
 
-def random_regular(n: int = 16, d: int = 4, seed: int = 0) -> nx.Graph:
+@checked("topology")
+def random_regular(n: Nodes = 16, d: int = 4, seed: int = 0) -> nx.Graph:
     """Uniform random d-regular graph, resampled until connected."""
-    _positive_n(n)
     if not 1 <= d < n:
         raise bad("topology.d", d, f"a regular graph on {n} nodes needs 1 <= d < n", f"pick d in 1..{n - 1}")
     if (n * d) % 2:
@@ -109,32 +107,36 @@ def random_regular(n: int = 16, d: int = 4, seed: int = 0) -> nx.Graph:
     return _connected(lambda s: nx.random_regular_graph(d, n, seed=s), seed, f"{d}-regular graph")
 
 
-def erdos_renyi(n: int = 16, p: float = 0.3, seed: int = 0) -> nx.Graph:
+@checked("topology")
+def erdos_renyi(
+    n: Nodes = 16,
+    p: Annotated[float, Range(gt=0, le=1, what="an edge probability", eg=0.3)] = 0.3,
+    seed: int = 0,
+) -> nx.Graph:
     """Erdos-Renyi G(n, p), resampled until connected."""
-    _positive_n(n)
-    if not 0 < p <= 1:
-        raise bad("topology.p", p, "an edge probability lies in (0, 1]", "set 0 < topology.p <= 1")
     # the O(n + m) sampler above FAST_GNP nodes: gnp_random_graph flips all n^2/2 coins (25 s at n = 30000);
     # the same G(n, p), another draw for a seed, so smaller graphs keep the ones they always had
     sample = nx.fast_gnp_random_graph if n > FAST_GNP else nx.gnp_random_graph
     return _connected(lambda s: sample(n, p, seed=s), seed, f"G({n}, {p})")
 
 
-def expander(n: int = 36, seed: int = 0) -> nx.Graph:
+@checked("topology")
+def expander(n: Annotated[int, nodes(3)] = 36, seed: int = 0) -> nx.Graph:
     """Erdos-Renyi with p = log(n)/n (Pasquini et al.'s expander-n)."""
-    _positive_n(n, 3)
     return erdos_renyi(n, min(1.0, math.log(n) / n), seed)
 
 
-def random_geometric(n: int = 50, radius: float = 0.2, seed: int = 0) -> nx.Graph:
+@checked("topology")
+def random_geometric(
+    n: Nodes = 50,
+    radius: Annotated[float, Range(gt=0, what="the radius", eg="sqrt(log n / n)")] = 0.2,
+    seed: int = 0,
+) -> nx.Graph:
     """n points uniform in the unit square, an edge when closer than ``radius``.
 
     Connects with probability >= 1 - 1/n^2 when radius >= sqrt(log n / n) (Yu 2023). Positions are
     kept in the node attribute ``pos`` for drawing.
     """
-    _positive_n(n)
-    if radius <= 0:
-        raise bad("topology.radius", radius, "the radius must be positive", "try sqrt(log n / n)")
     return _connected(lambda s: nx.random_geometric_graph(n, radius, seed=s), seed, f"RGG({n}, r={radius})")
 
 

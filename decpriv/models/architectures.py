@@ -5,12 +5,16 @@ and every trainable parameter is exchanged (as in Pasquini et al.'s code).
 """
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
 
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
+
+Reduction = Literal["mean", "sum"] | None  # how a node's loss adds its samples; null: the protocol's way
+Activation = Literal["relu", "sigmoid", "tanh"]
 
 
 def _needs_images(name: str, input_shape: tuple[int, ...]) -> None:
@@ -27,7 +31,7 @@ def _needs_images(name: str, input_shape: tuple[int, ...]) -> None:
 def logistic(
     input_shape: tuple[int, ...],
     num_classes: int,
-    reduction: str | None = "mean",
+    reduction: Reduction = "mean",
     bias: bool = True,
     init_value: float | None = None,
 ) -> FunctionalModel:
@@ -46,7 +50,7 @@ def logistic(
 def softmax(
     input_shape: tuple[int, ...],
     num_classes: int,
-    reduction: str | None = "mean",
+    reduction: Reduction = "mean",
     bias: bool = True,
     init_value: float | None = None,
 ) -> FunctionalModel:
@@ -58,7 +62,7 @@ def softmax(
 def linear_regression(
     input_shape: tuple[int, ...],
     num_classes: int,
-    reduction: str = "sum",
+    reduction: Reduction = "sum",
     bias: bool = False,
     init_value: float | None = None,
 ) -> FunctionalModel:
@@ -71,8 +75,8 @@ def mlp(
     input_shape: tuple[int, ...],
     num_classes: int,
     hidden: tuple[int, ...] = (100,),
-    activation: str = "relu",
-    reduction: str | None = "mean",
+    activation: Activation = "relu",
+    reduction: Reduction = "mean",
     init_value: float | None = None,
 ) -> FunctionalModel:
     """Fully connected network (Yu 2023's 2-layer perceptron has hidden=(100,), ReLU)."""
@@ -91,8 +95,8 @@ def cnn(
     num_classes: int,
     channels: tuple[int, ...] = (12, 24),
     hidden: int = 64,
-    activation: str = "sigmoid",
-    reduction: str | None = "mean",
+    activation: Activation = "sigmoid",
+    reduction: Reduction = "mean",
     init_value: float | None = None,
 ) -> FunctionalModel:
     """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
@@ -137,7 +141,7 @@ def resnet20(
     num_classes: int,
     width: int = 16,
     groups: int = 4,
-    reduction: str | None = "mean",
+    reduction: Reduction = "mean",
     init_value: float | None = None,
 ) -> FunctionalModel:
     """ResNet-20 (He et al. 2016, CIFAR variant: 3 stages x 3 basic blocks, widths 16/32/64).

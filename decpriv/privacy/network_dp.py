@@ -21,6 +21,7 @@ The summary's mean loss is eps_bar_v = (1/n) sum_{u != v} f(u, v) (divisor n).
 
 import math
 from functools import partial
+from typing import Annotated, Literal
 
 import matplotlib
 
@@ -34,12 +35,13 @@ from matplotlib.figure import Figure  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.graphs.rational import rational_form  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.linear_view import ViewLoss, exact_cost, reach_bound, whole_view_loss  # noqa: E402
-from decpriv.privacy.rdp import check_delta  # noqa: E402
+from decpriv.privacy.rdp import Delta, RenyiOrder  # noqa: E402
 from decpriv.report.findings import Findings  # noqa: E402
 
 MAX_PAIR_ROWS = 300  # above this many nodes privacy.csv holds per-observer means instead of n^2 pairs
@@ -119,9 +121,7 @@ def distance_figure(
     return fig
 
 
-METHODS = ("auto", "exact", "bound")
-
-
+@checked("accountant")
 class NetworkDPAccountant(Accountant):
     """Pairwise Network DP of Muffliato gossip (``defense=muffliato protocol=gossip``) or of Muffliato-SGD
     (``defense=ldp protocol=dsgd``, K = gossip_steps per round, T rounds), at Renyi order ``alpha``:
@@ -131,17 +131,12 @@ class NetworkDPAccountant(Accountant):
     name = "network_dp"
 
     def __init__(
-        self, alpha: float = 10.0, delta: float = 1e-5, method: str = "auto", max_flops: float = 2e11
+        self,
+        alpha: RenyiOrder = 10.0,
+        delta: Delta = 1e-5,
+        method: Literal["auto", "exact", "bound"] = "auto",
+        max_flops: Annotated[float, Range(ge=0, what="a cost budget", eg="2e11")] = 2e11,
     ):
-        if alpha <= 1:
-            raise bad("accountant.alpha", alpha, "Renyi orders exceed 1", "use e.g. accountant.alpha=10")
-        check_delta(delta)
-        if method not in METHODS:
-            raise bad(
-                "accountant.method", method, "unknown accounting method", f"use one of {', '.join(METHODS)}"
-            )
-        if max_flops < 0:
-            raise bad("accountant.max_flops", max_flops, "a cost budget is non-negative", "use e.g. 2e11")
         self.alpha, self.delta, self.method, self.max_flops = alpha, delta, method, max_flops
 
     def check(self, setup: Setup) -> None:

@@ -20,10 +20,11 @@ import pandas as pd
 from scipy.sparse.csgraph import shortest_path
 
 from decpriv.built import Setup
+from decpriv.config_types import checked
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
-from decpriv.privacy.rdp import check_delta
+from decpriv.privacy.rdp import Delta, RenyiOrder
 from decpriv.report.findings import Findings
 
 MAX_PAIR_ROWS = 300
@@ -48,15 +49,13 @@ def random_walk_loss(W: np.ndarray, steps: int, multiplier: float, alpha: float)
     return F
 
 
+@checked("accountant")
 class RandomWalkAccountant(Accountant):
     """Per-pair loss of ``protocol=random_walk defense=ldp`` at Renyi order ``alpha``."""
 
     name = "random_walk"
 
-    def __init__(self, alpha: float = 2.0, delta: float = 1e-5):
-        if alpha <= 1:
-            raise bad("accountant.alpha", alpha, "Renyi orders exceed 1", "use e.g. accountant.alpha=2")
-        check_delta(delta)
+    def __init__(self, alpha: RenyiOrder = 2.0, delta: Delta = 1e-5):
         self.alpha, self.delta = alpha, delta
 
     def check(self, setup: Setup) -> None:

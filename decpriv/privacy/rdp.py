@@ -12,6 +12,7 @@ Composition over T = rounds * local_steps steps, conversion to (epsilon, delta) 
 """
 
 import math
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
 from decpriv.built import Setup
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.privacy.base import Accountant
 from decpriv.report.findings import Findings
@@ -37,11 +39,9 @@ def gradient_steps(setup: Setup) -> int:
     return protocol.rounds * getattr(protocol, "local_steps", 1)
 
 
-def check_delta(delta: float) -> None:
-    if not 0 < delta < 1:
-        raise bad(
-            "accountant.delta", delta, "delta is a probability in (0, 1)", "use e.g. accountant.delta=1e-5"
-        )
+# What the accountants' keys accept (decpriv.config_types)
+Delta = Annotated[float, Range(gt=0, lt=1, what="delta, a probability,", eg="1e-5")]
+RenyiOrder = Annotated[float, Range(gt=1, what="a Renyi order")]
 
 
 def gaussian_epsilon(
@@ -79,13 +79,13 @@ def calibrate_noise_multiplier(epsilon: float, delta: float, steps: int, rate: f
     return math.exp(brentq(excess, low, high, xtol=1e-10))
 
 
+@checked("accountant")
 class RenyiAccountant(Accountant):
     """(epsilon, delta) of a Gaussian defense over the whole run, per node (privacy.csv) and worst case."""
 
     name = "rdp"
 
-    def __init__(self, delta: float = 1e-5):
-        check_delta(delta)
+    def __init__(self, delta: Delta = 1e-5):
         self.delta = delta
         self._target: float | None = None
 

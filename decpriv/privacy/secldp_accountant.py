@@ -20,10 +20,13 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
+from decpriv.config_types import checked
+from decpriv.defenses.decor import CdpExcess  # noqa: E402
 from decpriv.errors import bad  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
-from decpriv.privacy.rdp import check_delta, gradient_steps  # noqa: E402
+from decpriv.privacy.rdp import Delta, gradient_steps  # noqa: E402
 from decpriv.privacy.secldp_bounds import (  # noqa: E402
+    Threat,
     algebraic_connectivity,
     calibrate_sigma_cor,
     check_threat,
@@ -82,6 +85,7 @@ def sigma_cor_figure(
     return fig
 
 
+@checked("accountant")
 class SecLDPAccountant(Accountant):
     """Per-node SecLDP of decor / ldp / cdp over T = rounds * local_steps steps.
 
@@ -95,19 +99,11 @@ class SecLDPAccountant(Accountant):
 
     def __init__(
         self,
-        delta: float = 1e-5,
-        threat: str = "eavesdropper",
+        delta: Delta = 1e-5,
+        threat: Threat = "eavesdropper",
         collusion: int = 2,
-        cdp_excess: float | None = None,
+        cdp_excess: CdpExcess | None = None,  # null: the defense's
     ):
-        check_delta(delta)
-        if cdp_excess is not None and cdp_excess <= 1:
-            raise bad(
-                "accountant.cdp_excess",
-                cdp_excess,
-                "sigma_cdp must exceed the CDP level sigma_ldp/sqrt(n), where infinite sigma_cor would be needed",
-                "use e.g. accountant.cdp_excess=1.2, or null to keep defense.cdp_excess",
-            )
         self.delta, self.threat, self.collusion = delta, threat, collusion
         self.cdp_excess = cdp_excess
         self._target: float | None = None

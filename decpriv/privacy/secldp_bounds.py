@@ -10,6 +10,7 @@ eps = T c + 2 sqrt(T c log(1/delta)) (the optimal order alpha* = 1 + sqrt(log(1/
 import itertools
 import math
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,7 +19,7 @@ from scipy.sparse.linalg import splu
 
 from decpriv.errors import bad
 
-THREATS = ("eavesdropper", "curious", "collusion")
+Threat = Literal["eavesdropper", "curious", "collusion"]
 MAX_COALITIONS = 20000
 EXACT_LIMIT = 400  # users: past this, an ill-conditioned covariance is refused rather than inverted over Q
 
@@ -191,8 +192,6 @@ def calibrate_sigma_cor(
 
 
 def check_threat(threat: str, collusion: int, n: int) -> None:
-    if threat not in THREATS:
-        raise bad("accountant.threat", threat, "unknown threat model", f"use one of {', '.join(THREATS)}")
     if threat == "collusion":
         if not 1 <= collusion < n - 1:
             raise bad(
