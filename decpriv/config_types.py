@@ -140,7 +140,8 @@ def describe(annotation: Any) -> str:
         if typing.get_origin(base) is Literal:
             parts.append(" | ".join(repr(a) for a in typing.get_args(base)))
             continue
-        text = "null" if base is type(None) else getattr(base, "__name__", None) or str(base)
+        named = getattr(base, "__name__", None) if not typing.get_args(base) else None
+        text = "null" if base is type(None) else named or str(base)
         text = text.replace("typing.", "").replace("NoneType", "null")
         parts.append(" ".join([text, *(c.bounds() for c in constraints)]))
     return " | ".join(parts)

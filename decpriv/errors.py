@@ -17,9 +17,9 @@ def bad(key: str, value: object, problem: str, fix: str) -> ConfigError:
 class Diverged(RuntimeError):
     """Training produced a non-finite loss or parameter: the run stops and is marked failed (exit 1)."""
 
-    def __init__(self, round_: int, what: str):
+    def __init__(self, diverged_at: int, what: str):
         super().__init__(
-            f"{what} became non-finite (nan or inf) at round {round_}: training diverged; "
+            f"{what} became non-finite (nan or inf) at round {diverged_at}: training diverged; "
             "lower protocol.lr or check the data"
         )
-        self.round = round_
+        self.diverged_at = diverged_at  # the first round whose loss or parameters are not finite

@@ -49,7 +49,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make(node: DictConfig, **kwargs: Any) -> Any:
+def build_plugin(node: DictConfig, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate`` that lets a plugin's ConfigError through unwrapped (exit status 2).
 
     Pipeline objects go in through a partial call: instantiate would turn a dataclass keyword into a config.
@@ -66,7 +66,7 @@ def make(node: DictConfig, **kwargs: Any) -> Any:
 
 
 @contextmanager
-def blamed(plugin: str):
+def errors_attributed_to(plugin: str):
     """Tag a ConfigError raised inside with the plugin it comes from (hints name only the real cause)."""
     try:
         yield
@@ -80,8 +80,8 @@ def build(cfg: DictConfig) -> Setup:
     validate(cfg)
     seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
-    network = Network.build(make(cfg.topology), make(cfg.gossip_matrix))
-    dataset = make(cfg.data, seeds=seeds)
+    network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
+    dataset = build_plugin(cfg.data, seeds=seeds)
     if len(dataset.y_train) < network.n:
         raise bad(
             "topology.n",
@@ -90,32 +90,45 @@ def build(cfg: DictConfig) -> Setup:
             "node would hold no data",
             "use fewer nodes or more data (data.size where the data set has one)",
         )
-    parts = make(cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition"))
+    parts = build_plugin(
+        cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
+    )
     local = LocalData.stack(dataset.x_train, dataset.y_train, parts)
-    model = make(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
-    protocol = make(cfg.protocol)
+    model = build_plugin(cfg.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
+    protocol = build_plugin(cfg.protocol)
     if model.reduction is None:
         model.reduction = protocol.reduction
-    defense = make(cfg.defense) if cfg.get("defense") else Defense()
-    adversary = make(cfg.adversary, network=network, seeds=seeds)
+    defense = build_plugin(cfg.defense) if cfg.get("defense") else Defense()
+    adversary = build_plugin(cfg.adversary, network=network, seeds=seeds)
     if adversary.graph is not None:  # Sybils that chose their own edges (adversary.rewire)
-        network = Network.build(adversary.graph, make(cfg.gossip_matrix))
-    with blamed("attack"):
-        attack = make(cfg.attack) if cfg.get("attack") else None
-    accountant = make(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
+        network = Network.build(adversary.graph, build_plugin(cfg.gossip_matrix))
+    with errors_attributed_to("attack"):
+        attack = build_plugin(cfg.attack) if cfg.get("attack") else None
+    accountant = build_plugin(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
     setup = Setup(
-        cfg, seeds, device, network, dataset, local, model, protocol, defense, adversary, attack, accountant
+        cfg=cfg,
+        seeds=seeds,
+        device=device,
+        network=network,
+        dataset=dataset,
+        local=local,
+        model=model,
+        protocol=protocol,
+        defense=defense,
+        adversary=adversary,
+        attack=attack,
+        accountant=accountant,
     )
     protocol.check(network, dataset, model)
     defense.bind(setup)
     if attack is not None:
         setup.attack_context = attack_context(setup)
-        with blamed("attack"):
+        with errors_attributed_to("attack"):
             setup.plan = _prepare_attack(setup)
     if accountant is not None:
         accountant.check(setup)
     if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
-        with blamed("attack"):
+        with errors_attributed_to("attack"):
             # the auditor reruns the protocol and defense itself (no data) and checks the accountant
             setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
@@ -125,7 +138,9 @@ def default_accountant(defense: Defense) -> Any:
     """The accountant option the defense names (``Defense.accountant``), built from its packaged yaml."""
     if defense.accountant is None:
         return None
-    return make(OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml"))
+    return build_plugin(
+        OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml")
+    )
 
 
 def data_spec(setup: Setup) -> DataSpec:
@@ -274,15 +289,15 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
         recorder = Recorder.broadcast(adv.observed_senders(network), recording)
     setup.model.to(setup.device)
     sim = Simulation(
-        network,
-        setup.dataset,
-        setup.local.to(setup.device),
-        setup.model,
-        setup.defense,
-        adv,
-        recorder,
-        setup.seeds,
-        setup.device,
+        network=network,
+        dataset=setup.dataset,
+        local=setup.local.to(setup.device),
+        model=setup.model,
+        defense=setup.defense,
+        adversary=adv,
+        recorder=recorder,
+        seeds=setup.seeds,
+        device=setup.device,
         behaviour=setup.attack.behaviour(setup.attack_context, setup.plan) if recording else None,
         show_progress=show_progress,
     )
@@ -386,68 +401,17 @@ def _pipeline(
     show_progress: bool,
     prebuilt: Prebuilt | None,
 ) -> Path:
+    """Steps 1-6 into ``folder``; any failure marks run.json and summary.csv failed and is re-raised."""
     try:
-        if prebuilt is None:
-            with progress.phase(folder, "build", show_progress):
-                setup = build_explained(cfg, choices)
-        else:
-            for caught in prebuilt.warnings:
-                warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
-            setup = prebuilt.setup
-            folder.timings["build"] = round(prebuilt.seconds, 4)
-            progress.log.info("build: %.2f s (before the run folder was made)", prebuilt.seconds)
+        setup = _built(cfg, folder, choices, show_progress, prebuilt)
         with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress)
             check_finite(outcome)
-        report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
-        gap = setup.network.spectral_gap
-        report.summary.update(
-            nodes=setup.network.n,
-            edges=len(setup.network.edges),
-            spectral_gap=gap.value,
-            spectral_gap_method=gap.method,
-            spectral_gap_tolerance=gap.tolerance,
-        )
-        if "tries" in setup.network.graph.graph:
-            report.summary["graph_tries"] = setup.network.graph.graph["tries"]
-        report.summary.update(setup.defense.summary())
-        report.figures["plots/training.png"] = partial(
-            training_curves, outcome.history, f"{setup.protocol.name} on {setup.network.n} nodes"
-        )
+        report = _training_findings(setup, outcome)
         truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
-        if setup.attack is not None:
-            with progress.phase(folder, "attack", show_progress, setup.attack.name):
-                # the one door to ground truth: an attack configured as the paper's oracle (marked in its table)
-                findings = setup.attack.run(replace(view, oracle=truth) if setup.attack.oracle else view)
-            with progress.phase(folder, "evaluate", show_progress):
-                report.merge(setup.attack.evaluate(findings, truth, view))
-        if setup.accountant is not None:
-            with progress.phase(folder, "account", show_progress):
-                report.merge(setup.accountant.account(setup))
-        if getattr(setup.attack, "audits", False):
-            with progress.phase(
-                folder, "reconcile", show_progress
-            ):  # the audit's bounds beside the accountant's
-                setup.attack.reconcile(report, setup.plan)
+        _attack_and_account(setup, folder, report, view, truth, show_progress)
         with progress.phase(folder, "write", show_progress):
-            # pictures first: a drawing that fails leaves no table behind that looks complete
-            for relative, drawing in report.figures.items() if cfg.plots else ():
-                figure = drawing()
-                if figure is not None:
-                    folder.write_figure(relative, figure)
-            nodes = pd.DataFrame(
-                {
-                    "node": np.arange(setup.network.n),
-                    "name": setup.network.names,
-                    "degree": setup.network.degrees,
-                }
-            )
-            folder.write_table("nodes", nodes)
-            for name, table in report.tables.items():
-                folder.write_table(name, table)
-            folder.write_table(
-                "summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}])
-            )
+            _write(setup, folder, report, config_columns, plots=cfg.plots)
         attack = setup.attack
         folder.complete(
             {
@@ -463,6 +427,81 @@ def _pipeline(
             folder.write_table("summary", pd.DataFrame([failed]))
         raise
     return folder.path
+
+
+def _built(
+    cfg: DictConfig,
+    folder: RunFolder,
+    choices: dict[str, Any],
+    show_progress: bool,
+    prebuilt: Prebuilt | None,
+) -> Setup:
+    """Step 1: build, or take the precheck's setup of this config (its warnings shown again here)."""
+    if prebuilt is None:
+        with progress.phase(folder, "build", show_progress):
+            return build_explained(cfg, choices)
+    for caught in prebuilt.warnings:
+        warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+    folder.timings["build"] = round(prebuilt.seconds, 4)
+    progress.log.info("build: %.2f s (before the run folder was made)", prebuilt.seconds)
+    return prebuilt.setup
+
+
+def _training_findings(setup: Setup, outcome: Outcome) -> Findings:
+    """The training's history and summary, the graph's facts, the defense's summary, the training curves."""
+    report = Findings(tables={"history": outcome.history}, summary=dict(outcome.summary))
+    network = setup.network
+    report.summary.update(
+        nodes=network.n,
+        edges=len(network.edges),
+        spectral_gap=network.spectral_gap.value,
+        spectral_gap_method=network.spectral_gap.method,
+        spectral_gap_tolerance=network.spectral_gap.tolerance,
+    )
+    if "tries" in network.graph.graph:
+        report.summary["graph_tries"] = network.graph.graph["tries"]
+    report.summary.update(setup.defense.summary())
+    report.figures["plots/training.png"] = partial(
+        training_curves, outcome.history, f"{setup.protocol.name} on {network.n} nodes"
+    )
+    return report
+
+
+def _attack_and_account(
+    setup: Setup, folder: RunFolder, report: Findings, view: View | None, truth: Truth, show_progress: bool
+) -> None:
+    """Steps 3-5: the attack on its view, scored against the truth; the accountant; the audit's bounds
+    reconciled with the accountant's."""
+    attack = setup.attack
+    if attack is not None:
+        with progress.phase(folder, "attack", show_progress, attack.name):
+            # the one door to ground truth: an attack configured as the paper's oracle (marked in its table)
+            findings = attack.run(replace(view, oracle=truth) if attack.oracle else view)
+        with progress.phase(folder, "evaluate", show_progress):
+            report.merge(attack.evaluate(findings, truth, view))
+    if setup.accountant is not None:
+        with progress.phase(folder, "account", show_progress):
+            report.merge(setup.accountant.account(setup))
+    if getattr(attack, "audits", False):
+        with progress.phase(folder, "reconcile", show_progress):
+            attack.reconcile(report, setup.plan)
+
+
+def _write(
+    setup: Setup, folder: RunFolder, report: Findings, config_columns: dict[str, Any], plots: bool
+) -> None:
+    """Step 6: pictures first (a drawing that fails leaves no table behind that looks complete), then
+    the nodes, the findings' tables and summary.csv."""
+    for relative, drawing in report.figures.items() if plots else ():
+        figure = drawing()
+        if figure is not None:
+            folder.write_figure(relative, figure)
+    network = setup.network
+    nodes = pd.DataFrame({"node": np.arange(network.n), "name": network.names, "degree": network.degrees})
+    folder.write_table("nodes", nodes)
+    for name, table in report.tables.items():
+        folder.write_table(name, table)
+    folder.write_table("summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}]))
 
 
 def error_exit(error: BaseException, debug: bool) -> None:

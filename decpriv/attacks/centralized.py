@@ -23,6 +23,7 @@ in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline 
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
 from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
@@ -72,6 +74,7 @@ class Reconstructions:
     inversions: list[Inversion]
 
 
+@checked("attack")
 class GradientInversion(Attack):
     """Invert the first-round gradient of ``victims`` clients (the lowest-indexed ones) on the server."""
 
@@ -83,8 +86,9 @@ class GradientInversion(Attack):
 
     def __init__(
         self,
-        victims: int = 1,
-        batch_size: int | None = None,
+        victims: Annotated[int, Range(ge=1, what="the number of attacked clients")] = 1,
+        batch_size: Annotated[int, Range(ge=1, what="a client's batch size (null: its set size)")]
+        | None = None,
         analytic: bool = False,
         cost: str = "l2",
         optimiser: str = "lbfgs",
@@ -99,12 +103,6 @@ class GradientInversion(Attack):
         labels: str = "infer",
         max_label_candidates: int = 100,
     ):
-        if victims < 1:
-            raise bad("attack.victims", victims, "at least one client must be attacked", "use 1 or more")
-        if batch_size is not None and batch_size < 1:
-            raise bad(
-                "attack.batch_size", batch_size, "must be positive or null", "use the clients' set size"
-            )
         self.victims, self.batch_size, self.analytic = victims, batch_size, analytic
         self.config = InversionConfig(
             cost=cost,

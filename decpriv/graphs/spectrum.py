@@ -12,7 +12,7 @@ applies:
    |lambda_2| = max(|1 - c mu_2|, |1 - c mu_max|). The builder marks its graph's family
    (``graph.graph["family"]``), and both extreme eigenpairs are verified on W itself (W v = (1 - c mu) v
    to 1e-9), so a graph changed after it was built (Sybils rewiring it) falls through to the next route;
-2. dense: every eigenvalue (``numpy.linalg.eigvalsh``), up to ``DENSE_MAX`` nodes (O(n^3): 1 s at 800);
+2. dense: every eigenvalue (``numpy.linalg.eigvalsh``), up to ``DENSE_MAX`` nodes (O(n^3));
 3. LOBPCG (``scipy.sparse.linalg.lobpcg``, Knyazev 2001) on W or its symmetric similar form, deflated
    by the eigenvector of eigenvalue 1, for the second largest and the smallest eigenvalue, at most
    ``MAXITER`` iterations (each one sparse product): the residual norm r bounds the error (a symmetric

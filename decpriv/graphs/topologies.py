@@ -114,7 +114,7 @@ def erdos_renyi(
     seed: int = 0,
 ) -> nx.Graph:
     """Erdos-Renyi G(n, p), resampled until connected."""
-    # the O(n + m) sampler above FAST_GNP nodes: gnp_random_graph flips all n^2/2 coins (25 s at n = 30000);
+    # the O(n + m) sampler above FAST_GNP nodes: gnp_random_graph flips all n^2/2 coins (docs/speed.md);
     # the same G(n, p), another draw for a seed, so smaller graphs keep the ones they always had
     sample = nx.fast_gnp_random_graph if n > FAST_GNP else nx.gnp_random_graph
     return _connected(lambda s: sample(n, p, seed=s), seed, f"G({n}, {p})")

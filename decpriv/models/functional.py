@@ -7,9 +7,9 @@ parameters (``torch.func.functional_call``) and provides batched per-node and pe
 Chains of linear layers and pointwise activations (softmax and logistic regression, linear regression,
 MLPs) also have a hand-written batched backward pass (:meth:`FunctionalModel.node_gradients` with
 ``out``): it writes every node's gradient straight into a caller-owned (n, p) buffer. vmap(grad) builds
-each layer's gradient in its own fresh tensor and concatenates them into a new (n, p) one, which at
-n = 1024 costs more than the arithmetic (a batched outer product through bmm with an inner dimension of
-one, a 31 MB concatenation, the first-touch page faults of every fresh buffer).
+each layer's gradient in its own fresh tensor and concatenates them into a new (n, p) one, which for
+many nodes costs more than the arithmetic (a batched outer product through bmm with an inner dimension of
+one, the concatenation, the first-touch page faults of every fresh buffer).
 """
 
 import math
@@ -223,8 +223,8 @@ class FunctionalModel:
         h = x.reshape(n, b, -1)
         inputs = []
         for w, bias, act in self.chain:
-            # z^T = W h^T: the weights, strided by p between nodes, as the left operand (1.5x faster than
-            # h W^T, which copies them into a contiguous batch first)
+            # z^T = W h^T: the weights, strided by p between nodes, as the left operand (h W^T copies them
+            # into a contiguous batch first)
             W, ht = params[w], h.transpose(1, 2)
             z = (
                 torch.bmm(W, ht) if bias is None else torch.baddbmm(params[bias].unsqueeze(2), W, ht)
@@ -248,7 +248,7 @@ class FunctionalModel:
                 below = torch.bmm(dz, params[w])
                 if act is not None:
                     below = below * ACTIVATIONS[act][1](inputs[layer])  # layer - 1's activated output
-            # b = 1: an outer product, elementwise (a bmm with an inner dimension of one is 3x slower)
+            # b = 1: an outer product, elementwise (a bmm with an inner dimension of one is slower)
             if grads is not None and b == 1:
                 torch.mul(dz.transpose(1, 2), inputs[layer], out=grads[w])
             elif grads is not None:

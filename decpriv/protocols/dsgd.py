@@ -11,8 +11,8 @@ A round allocates nothing of size (n, p) when the defense leaves gradients and t
 are and no active attack forges messages: the gradients land in one reused buffer (for linear/MLP models
 trained by plain SGD, no buffer at all: the hand-written backward pass subtracts each layer's gradient
 in place, :meth:`FunctionalModel.sgd_step_`) and the gossip product
-alternates between two state buffers (``addmm_`` in place). A fresh 31 MB tensor per operation (n = 1024,
-MLP) costs its page faults on first touch, more than the sparse product itself.
+alternates between two state buffers (``addmm_`` in place): a fresh (n, p) tensor per operation costs its
+page faults on first touch, more than the sparse product itself (docs/speed.md).
 """
 
 from typing import Annotated
@@ -127,12 +127,17 @@ class DSGD(Protocol):
             spare, x = x, mixed
         return x, spare
 
-    def plain(self, sim: Simulation) -> tuple[bool, bool]:
-        """(gradients untouched, messages aggregated by W @ x with no forgery): the cases run in buffers."""
+    @staticmethod
+    def plain_gradients(sim: Simulation) -> bool:
+        """The defense leaves gradients as they are: they can land in one reused buffer."""
+        return type(sim.defense).gradients is Defense.gradients
+
+    @staticmethod
+    def plain_exchange(sim: Simulation) -> bool:
+        """Messages are aggregated by W @ x with no forgery: the gossip product can alternate two buffers."""
         kind = type(sim.defense)
-        gradients = kind.gradients is Defense.gradients
-        exchange = kind.exchange is Defense.exchange and kind.aggregate is Defense.aggregate
-        return gradients, exchange and sim.behaviour is None
+        untouched = kind.exchange is Defense.exchange and kind.aggregate is Defense.aggregate
+        return untouched and sim.behaviour is None
 
     def run(self, sim: Simulation) -> Outcome:
         sim.local.require_batch(self.batch_size)
@@ -140,7 +145,7 @@ class DSGD(Protocol):
         model, local = sim.model, sim.local.astype(dtype)
         theta = model.init(local.n, sim.seeds.seed("init"), self.same_init).to(sim.device, dtype)
         initial = theta.clone()
-        plain_gradients, plain_exchange = self.plain(sim)
+        plain_gradients, plain_exchange = self.plain_gradients(sim), self.plain_exchange(sim)
         # plain SGD on a linear/MLP model: each layer's gradient is subtracted as the backward pass forms it
         fused = plain_gradients and model.chain is not None and not self.momentum and not self.weight_decay
         grad_buffer = torch.empty_like(theta) if plain_gradients and not fused else None

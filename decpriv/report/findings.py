@@ -30,7 +30,7 @@ class Findings:
 
     A figure is a drawing: a call with no arguments that returns the matplotlib Figure (None: nothing to
     draw), e.g. ``partial(image_grid, rows)``. The writer draws and saves them one at a time, and not at
-    all under ``plots=false``: evaluating stays with numbers (drawing costs 0.1-0.3 s a figure)."""
+    all under ``plots=false``: evaluating stays with numbers (drawing costs more than most scoring)."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-SPRING_LAYOUT_MAX = 200  # nodes; the spring layout costs O(n^2) per iteration (2.5 s at n = 500)
+SPRING_LAYOUT_MAX = 200  # nodes; the spring layout costs O(n^2) per iteration
 GRAPH_FIGURE_MAX = 5000  # nodes; past this a drawing is a blot and the figure only says it was left out
 
 
@@ -165,7 +165,7 @@ def image_grid(
             ax.imshow(strip, vmin=0, vmax=1, interpolation="nearest")
             cell = (strip.shape[1] + 2) / width
             if r == len(rows) - 1 and captions is not None:
-                # plain texts under the strip, not tick labels: a tick is five artists (0.1 s per 64 captions)
+                # plain texts under the strip, not tick labels: a tick is five artists
                 for c, i in enumerate(shown):
                     if i < len(captions):
                         ax.text(

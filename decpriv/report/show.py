@@ -1,9 +1,12 @@
 """Terminal output: the headline of a run, ``decpriv list``, ``decpriv show`` and ``decpriv diff``."""
 
+import inspect
+import json
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import DictConfig, OmegaConf
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -112,9 +115,43 @@ def config_options() -> list[tuple[str, str, str]]:
     return found
 
 
+def _option_node(root: Path, group: str, option: str) -> DictConfig:
+    """An option's yaml with the same-group options its ``defaults`` list extends (admm extends pdmm)."""
+    own = OmegaConf.load(root / group / f"{option}.yaml")
+    bases = [d for d in own.pop("defaults", []) if isinstance(d, str) and d != "_self_"]
+    return OmegaConf.merge(*(_option_node(root, group, b) for b in bases), own)
+
+
+def _yaml(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def option_keys(group: str, option: str) -> list[str]:
+    """``key=value  declaration`` for each key an option's yaml sets: the value it starts from and what the
+    key accepts, read from its ``_target_``'s signature (``float > 0``, ``'sum' | 'mean'``)."""
+    from hydra.utils import get_object
+
+    from decpriv.config_types import declared, describe
+
+    node = _option_node(Path(str(resources.files("decpriv") / "conf")), group, option)
+    try:
+        target = get_object(node["_target_"])
+    except Exception:  # an option without a _target_ of its own, or one that does not import here
+        return []
+    params = inspect.signature(target).parameters
+    hints = declared(target.__init__ if inspect.isclass(target) else target)
+    values = OmegaConf.to_container(node)
+    return [
+        f"{key}={_yaml(values[key])}  {describe(hints.get(key, params[key].annotation))}"
+        for key in values
+        if key in params and not str(key).startswith("_")
+    ]
+
+
 def print_groups(console: Console, only: list[str] | None = None) -> None:
     """Every config group and option, one line each, descriptions cut to the terminal's width; with
-    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions."""
+    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions and their
+    keys, each with its value and what it accepts."""
     rows = [row for row in config_options() if not only or row[0] in only]
     if not rows:
         return
@@ -129,6 +166,8 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
     table.add_column("description", overflow="fold")
     last = None
     for group, option, text in rows:
+        keys = option_keys(group, option) if only else []
+        text = "\n".join([text, *(f"  {k}" for k in keys)])
         table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
     console.print(table)

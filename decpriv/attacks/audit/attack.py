@@ -11,6 +11,7 @@ beside each bound and fails the run where a bound exceeds it.
 """
 
 import time
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from decpriv.attacks.audit.reconcile import reconcile
 from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_draw
 from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
+from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad
 from decpriv.report.findings import Findings, keyed
@@ -42,6 +44,7 @@ from decpriv.truth import Truth
 MEMORY = 2.5e8  # bytes of released values held at once (the trials run in chunks below it)
 
 
+@checked("attack")
 class Audit(Attack):
     name = "audit"
     needs_adversary = False  # the adversary is the accountant's observer, instantiated by the audit
@@ -53,9 +56,9 @@ class Audit(Attack):
         self,
         trials: int = 100000,
         fit_trials: int = 20000,
-        confidence: float = 0.95,
+        confidence: Annotated[float, Range(gt=0, lt=1, what="a confidence level", eg=0.95)] = 0.95,
         chunk: int = 20000,
-        max_observers: int = 40,
+        max_observers: Annotated[int, Range(ge=1, what="the number of audited observers", eg=40)] = 40,
     ):
         for key, value, least in (
             ("trials", trials, 1000),
@@ -69,10 +72,6 @@ class Audit(Attack):
                     f"needs an even count of at least {least}",
                     f"use e.g. {key}=20000",
                 )
-        if not 0 < confidence < 1:
-            raise bad("attack.confidence", confidence, "a confidence level lies in (0, 1)", "use 0.95")
-        if max_observers < 1:
-            raise bad("attack.max_observers", max_observers, "audit at least one observer", "use e.g. 40")
         self.trials, self.fit_trials, self.confidence = trials, fit_trials, confidence
         self.chunk, self.max_observers = chunk, max_observers
 
