@@ -317,8 +317,8 @@ def test_diverging_training_fails_with_the_round(tmp_path):
     with pytest.raises(Diverged) as caught:
         api_run(["protocol.lr=1e38", "protocol.rounds=5", "topology.n=4", "~attack"], out_dir=tmp_path / "d")
     meta = read_status(tmp_path / "d")
-    assert meta["status"] == "failed" and f"at round {caught.value.round}" in meta["error"]
-    assert 0 < caught.value.round <= 5
+    assert meta["status"] == "failed" and f"at round {caught.value.diverged_at}" in meta["error"]
+    assert 0 < caught.value.diverged_at <= 5
     assert not (tmp_path / "d" / "history.csv").exists()
 
 

@@ -99,7 +99,8 @@ def test_chain_backward_is_not_taken_under_autograd():
 def run(setup, general: bool, monkeypatch, recorder: Recorder):
     """One D-SGD run, through the buffered fast path or (``general``) the defense's own calls."""
     if general:
-        monkeypatch.setattr(DSGD, "plain", lambda self, sim: (False, False))
+        monkeypatch.setattr(DSGD, "plain_gradients", staticmethod(lambda sim: False))
+        monkeypatch.setattr(DSGD, "plain_exchange", staticmethod(lambda sim: False))
     else:
         monkeypatch.undo()
     return protocol_run(setup, recorder)
