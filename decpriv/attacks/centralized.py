@@ -213,13 +213,13 @@ class GradientInversion(Attack):
                     view.model,
                     point,
                     gradient,
-                    spec.input_shape,
-                    spec.num_classes,
-                    view.plan.batch_size,
-                    None,
-                    spec.data_range,
-                    self.config,
-                    generator,
+                    input_shape=spec.input_shape,
+                    num_classes=spec.num_classes,
+                    batch_size=view.plan.batch_size,
+                    labels=None,
+                    data_range=spec.data_range,
+                    config=self.config,
+                    generator=generator,
                 )
             )
         return Reconstructions(victims, inversions)

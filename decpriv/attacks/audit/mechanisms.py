@@ -76,7 +76,15 @@ class GossipTrials:
         defense = CoordinateWise(a.defense if noisy else silenced(a.defense))
         recorder = Recorder.broadcast(self.senders)
         sim = Simulation(
-            a.network, None, local, a.context.model, defense, a.context.adversary, recorder, seeds, device
+            network=a.network,
+            dataset=None,
+            local=local,
+            model=a.context.model,
+            defense=defense,
+            adversary=a.context.adversary,
+            recorder=recorder,
+            seeds=seeds,
+            device=device,
         )
         a.protocol.run(sim)
         recorded = recorder.transcript().values.to(torch.float64)  # (steps, senders, D)
@@ -99,7 +107,15 @@ class SGDGossipTrials:
         defense = a.defense if noisy else silenced(a.defense)
         recorder = Recorder.broadcast(self.senders)
         sim = Simulation(
-            a.network, None, None, a.context.model, Defense(), a.context.adversary, recorder, seeds, device
+            network=a.network,
+            dataset=None,
+            local=None,
+            model=a.context.model,
+            defense=Defense(),
+            adversary=a.context.adversary,
+            recorder=recorder,
+            seeds=seeds,
+            device=device,
         )
         W = a.network.gossip_operator(device, torch.float64)
         generator = seeds.torch("defense.noise")
