@@ -53,41 +53,33 @@ class Range:
 
     def bounds(self) -> str:
         """``> 0``, ``>= 1``, ``in (0, 1]``: the allowed values, as ``decpriv list`` shows them."""
-        low = f"> {_number(self.gt)}" if self.gt is not None else None
-        low = f">= {_number(self.ge)}" if self.ge is not None else low
-        high = f"< {_number(self.lt)}" if self.lt is not None else None
-        high = f"<= {_number(self.le)}" if self.le is not None else high
+        low = ("(", self.gt) if self.gt is not None else ("[", self.ge) if self.ge is not None else None
+        high = (")", self.lt) if self.lt is not None else ("]", self.le) if self.le is not None else None
         if low and high:
-            return f"in {'(' if self.gt is not None else '['}{low.split()[1]}, {high.split()[1]}" + (
-                ")" if self.lt is not None else "]"
-            )
-        return low or high or "any number"
+            return f"in {low[0]}{_number(low[1])}, {_number(high[1])}{high[0]}"
+        if low:
+            return f"{'>' if low[0] == '(' else '>='} {_number(low[1])}"
+        if high:
+            return f"{'<' if high[0] == ')' else '<='} {_number(high[1])}"
+        return "any number"
 
     def why(self) -> str:
-        if self.gt == 0 and self.ge is self.lt is self.le is None:
-            return f"{self.what} must be positive"
-        if self.ge == 0 and self.gt is self.lt is self.le is None:
-            return f"{self.what} is non-negative"
-        if self.ge is not None and self.gt is self.lt is self.le is None:
-            return f"{self.what} must be at least {_number(self.ge)}"
-        if self.gt is not None and self.ge is self.lt is self.le is None:
-            return f"{self.what} must exceed {_number(self.gt)}"
-        if self.le is not None and self.gt is self.ge is self.lt is None:
-            return f"{self.what} must be at most {_number(self.le)}"
-        return (
-            f"{self.what} lies {self.bounds()}"
-            if self.bounds().startswith("in ")
-            else f"{self.what} is {self.bounds()}"
-        )
+        bounds = self.bounds()
+        op, _, number = bounds.partition(" ")
+        words = {"> 0": "must be positive", ">= 0": "is non-negative"}.get(bounds) or {
+            "in": f"lies {bounds}",
+            ">": f"must exceed {number}",
+            ">=": f"must be at least {number}",
+            "<": f"must be below {number}",
+            "<=": f"must be at most {number}",
+        }.get(op, "may be any number")
+        return f"{self.what} {words}"
 
     def fix(self, key: str) -> str:
         if self.eg is not None:
             return f"use e.g. {key}={self.eg}"
         bounds = self.bounds()
         return f"use {key} {bounds}" if bounds.startswith("in ") else f"set {key} {bounds}"
-
-
-Constraint = Range  # the declarations validation reads from Annotated metadata
 
 
 def _branches(annotation: Any) -> tuple[Any, ...]:
@@ -100,7 +92,7 @@ def _unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
     """(the bare type, its declared constraints) of one branch of a union."""
     if typing.get_origin(annotation) is Annotated:
         base, *extra = typing.get_args(annotation)
-        return base, tuple(m for m in extra if isinstance(m, Constraint))
+        return base, tuple(m for m in extra if isinstance(m, Range))
     return annotation, ()
 
 

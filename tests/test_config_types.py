@@ -62,7 +62,7 @@ REFUSED = [
     ),
     (
         ["defense=secure_aggregation", "defense.precision=60"],
-        "defense.precision=60: the fractional bits lies in [8, 48]; use e.g. defense.precision=32.",
+        "defense.precision=60: the number of fractional bits lies in [8, 48]; use e.g. defense.precision=32.",
     ),
     (
         ["adversary.strategy=best"],

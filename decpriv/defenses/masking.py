@@ -25,7 +25,7 @@ from decpriv.config_types import Range
 from decpriv.errors import bad
 
 # fractional bits of the fixed-point encoding: fewer lose the values, more leave no room in the ring
-Precision = Annotated[int, Range(ge=8, le=48, what="the fractional bits", eg=32)]
+Precision = Annotated[int, Range(ge=8, le=48, what="the number of fractional bits", eg=32)]
 
 
 @dataclass(frozen=True)

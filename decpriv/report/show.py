@@ -165,8 +165,10 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
         table.add_column(name, no_wrap=True, min_width=width)
     table.add_column("description", overflow="fold")
     last = None
+    from decpriv.validation import PLUGIN_GROUPS  # hydra's import, for `decpriv list GROUP` only
+
     for group, option, text in rows:
-        keys = option_keys(group, option) if only else []
+        keys = option_keys(group, option) if only and group in PLUGIN_GROUPS else []
         text = "\n".join([text, *(f"  {k}" for k in keys)])
         table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
