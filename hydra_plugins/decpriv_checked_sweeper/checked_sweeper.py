@@ -9,6 +9,7 @@ launched job's config carries the sweep's job count and swept keys (``hydra.swee
 ``swept_keys``), from which the job prints ``job 2 of 8  seed=1 topology=ring``.
 """
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from hydra_plugins.decpriv_checked_sweeper.cancelling_launchers import STAND_INS
 
 
 @dataclass
@@ -51,6 +54,18 @@ def launch_blocks(count: int, kept: set[int], size: int | None) -> list[range]:
     return blocks
 
 
+def with_stand_in_launcher(config: DictConfig) -> DictConfig:
+    """The config with decpriv's stand-in for a submitit launcher (its jobs cancelled when the sweep is
+    stopped) as ``hydra.launcher._target_``; the config itself for any other launcher."""
+    stand_in = STAND_INS.get(str(config.hydra.launcher.get("_target_")))
+    if stand_in is None:
+        return config
+    swapped = copy.deepcopy(config)
+    with read_write(swapped), open_dict(swapped):
+        swapped.hydra.launcher._target_ = f"{stand_in.__module__}.{stand_in.__qualname__}"
+    return swapped
+
+
 class CheckedSweeper(Sweeper):
     def __init__(
         self,
@@ -75,7 +90,7 @@ class CheckedSweeper(Sweeper):
         self.hydra_context = hydra_context
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config
+            hydra_context=hydra_context, task_function=task_function, config=with_stand_in_launcher(config)
         )
 
     def sweep(self, arguments: list[str]) -> list[Any]:
