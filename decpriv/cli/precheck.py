@@ -126,6 +126,7 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
     if multirun:
         check_launcher(hydra.launcher)
+        check_sweeper(hydra.sweeper)
         params = sweeper_params(hydra)  # a preset's own sweep is counted, not prechecked
         plan.count, plan.swept = sweep_plan(overrides, params)
         plan.every_job_checked = not params
@@ -159,4 +160,16 @@ def check_launcher(launcher: DictConfig) -> None:
             n_jobs,
             "is the number of parallel jobs: -1 for one a core, or a positive count",
             "use hydra.launcher.n_jobs=-1 or e.g. 2",
+        )
+
+
+def check_sweeper(sweeper: DictConfig) -> None:
+    """The sweeper's batch size, which the sweeper would refuse only once Hydra started (a traceback)."""
+    size = sweeper.get("max_batch_size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        raise bad(
+            "hydra.sweeper.max_batch_size",
+            size,
+            "is how many jobs the launcher is handed at once",
+            "give a positive count, or null for all",
         )
