@@ -186,3 +186,18 @@ def test_the_top_level_help_lists_every_command(capsys):
     assert all(
         f"    {command} " in out for command in ("run", "list", "show", "diff", "report", "plot", "runs")
     )
+
+
+def test_hydra_reads_its_command_line_only_inside_the_call(tmp_path, monkeypatch, capsys):
+    """``hydra.main`` reads sys.argv: set for that call alone, and put back even when the call fails."""
+    from decpriv.cli import main
+    from decpriv.cli.run import hydra_command_line
+
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.argv)
+    with pytest.raises(RuntimeError), hydra_command_line(["-m", "seed=0,1"]):
+        assert sys.argv == ["decpriv run", "-m", "seed=0,1"]
+        raise RuntimeError
+    assert sys.argv == before
+    assert main(["run", "--cfg", "job", "topology=complete"]) == 0
+    assert "decpriv.graphs.topologies.complete" in capsys.readouterr().out and sys.argv == before

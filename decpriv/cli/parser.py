@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
-        "run", add_help=False, help="run the pipeline (Hydra overrides; -m sweeps: a=1,2 b=x,y); run --help"
+        "run",
+        add_help=False,
+        help="run the pipeline (Hydra overrides; -m sweeps: a=1,2 b=x,y); decpriv run --help: its options",
     )
     _add_hydra_flags(run)
     _add_reading_commands(commands)
