@@ -29,12 +29,12 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 lint: $(STAMP)
-	$(BIN)/ruff check decpriv tests benchmarks
-	$(BIN)/ruff format --check decpriv tests benchmarks
+	$(BIN)/ruff check decpriv hydra_plugins tests benchmarks
+	$(BIN)/ruff format --check decpriv hydra_plugins tests benchmarks
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix decpriv tests benchmarks
-	$(BIN)/ruff format decpriv tests benchmarks
+	$(BIN)/ruff check --fix decpriv hydra_plugins tests benchmarks
+	$(BIN)/ruff format decpriv hydra_plugins tests benchmarks
 
 clean:
 	rm -rf $(VENV) runs/*/ .pytest_cache .ruff_cache *.egg-info

@@ -4,7 +4,7 @@ launcher against ``hydra/launcher=parallel`` (joblib, one process per core), run
 sweep at least 1.7x faster on 2 cores. Then a 64-job sweep once each: the two sequential times give the
 sweep's fixed cost (start-up, imports, the check of every job) and the cost of one job, F + k * job, which
 bound the speed-up of k jobs on c cores to (F + k * job) / (F + k * job / c). The parallel sweep checks its jobs in the launcher's workers
-(``decpriv.cli._check_in_workers``), so its parent never imports torch; the sequential one checks them in
+(``decpriv.cli.precheck._check_in_workers``), so its parent never imports torch; the sequential one checks them in
 the parent, then runs them there. Beside it, the headroom the machine leaves: how much faster two copies of
 a pure-Python loop finish side by side than one after the other (2x on two idle cores; the shared
 development machine often gives far less, which caps any parallel launcher).

@@ -3,13 +3,15 @@ exists; no result is lost (unique run folders), none is left half-written, and n
 after its process died.
 
 The table runs every case through the CLI entry in the same process (what ``decpriv`` calls); the few
-cases that need real processes (two runs at once, a run killed outright) start subprocesses together.
+cases that need real processes (two runs at once, a run killed outright, a run stopped by a signal) start
+subprocesses, and the signals go to those, never to the test's own process.
 """
 
 import json
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -245,6 +247,12 @@ def _interrupt_when_running(folder: Path, send) -> threading.Thread:
     return thread
 
 
+def _decpriv(cwd: Path, *args: str) -> subprocess.Popen:
+    """``decpriv ARGS`` in its own process: the signals below go to it, not to the test's worker."""
+    entry = "import sys; from decpriv.cli import entry; sys.argv = ['decpriv', *sys.argv[1:]]; entry()"
+    return subprocess.Popen([sys.executable, "-c", entry, *args], cwd=cwd, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize(
     ("how", "status"),
     [
@@ -252,18 +260,12 @@ def _interrupt_when_running(folder: Path, send) -> threading.Thread:
         ("SIGINT", 130),
     ],
 )
-def test_sigterm_and_ctrl_c_mark_the_run_failed_in_one_line(tmp_path, monkeypatch, capsys, how, status):
-    monkeypatch.chdir(tmp_path)
-    import _thread
-
-    send = {
-        "SIGTERM": lambda: os.kill(os.getpid(), signal.SIGTERM),
-        "SIGINT": _thread.interrupt_main,  # what Ctrl-C does, without a signal pytest would also see
-    }[how]
-    thread = _interrupt_when_running(tmp_path / "r", send)
-    code = main(["run", "protocol.rounds=1000000", "topology.n=4", "~attack", "hydra.run.dir=r"])
+def test_sigterm_and_ctrl_c_mark_the_run_failed_in_one_line(tmp_path, how, status):
+    run = _decpriv(tmp_path, "run", "protocol.rounds=1000000", "topology.n=4", "~attack", "hydra.run.dir=r")
+    thread = _interrupt_when_running(tmp_path / "r", lambda: run.send_signal(getattr(signal, how)))
+    code = run.wait(timeout=300)
     thread.join()
-    err = capsys.readouterr().err.strip()
+    err = run.stderr.read().strip()
     assert code == status and len(err.splitlines()) == 1 and "interrupted" in err, err
     meta = read_status(tmp_path / "r")
     assert meta["status"] == "failed" and meta["error"] == f"interrupted: {how}"
@@ -271,9 +273,7 @@ def test_sigterm_and_ctrl_c_mark_the_run_failed_in_one_line(tmp_path, monkeypatc
     assert pd.read_csv(tmp_path / "r" / "summary.csv").status[0] == "failed"
 
 
-def test_an_interrupted_sweep_still_writes_its_summary(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    thread = _interrupt_when_running(tmp_path / "s" / "0", lambda: os.kill(os.getpid(), signal.SIGTERM))
+def test_an_interrupted_sweep_still_writes_its_summary(tmp_path):
     argv = [
         "run",
         "-m",
@@ -283,9 +283,11 @@ def test_an_interrupted_sweep_still_writes_its_summary(tmp_path, monkeypatch, ca
         "~attack",
         "hydra.sweep.dir=s",
     ]
-    assert main(argv) == 143
+    sweep = _decpriv(tmp_path, *argv)
+    thread = _interrupt_when_running(tmp_path / "s" / "0", lambda: sweep.send_signal(signal.SIGTERM))
+    assert sweep.wait(timeout=300) == 143
     thread.join()
-    assert "interrupted by SIGTERM" in capsys.readouterr().err
+    assert "interrupted by SIGTERM" in sweep.stderr.read()
     table = pd.read_csv(tmp_path / "s" / "summary.csv")
     assert list(table.job) == [0] and table.status[0] == "failed" and table.error[0] == "interrupted: SIGTERM"
 

@@ -1,5 +1,7 @@
-"""Sweep-level summary: one table with every job's summary.csv row (failed jobs included), swept keys first."""
+"""Sweep-level summary: one table with every job's summary.csv row (failed jobs included), swept keys first;
+the jobs of a sweep, expanded from its overrides."""
 
+import itertools
 import warnings
 from contextlib import suppress
 from pathlib import Path
@@ -69,22 +71,34 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
-    """The jobs of a basic-sweeper command line (``a=1,2 b=x,y`` -> four override lists), as Hydra's
-    ``BasicSweeper`` runs them."""
+    """The jobs of a command line (``a=1,2 b=x,y`` -> four override lists), as decpriv's sweeper runs them."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    return _jobs(OverridesParser.create().parse_overrides(overrides))
+    return job_overrides(OverridesParser.create().parse_overrides(overrides))
 
 
-def _jobs(parsed: list) -> list[list[str]]:
-    """The jobs of overrides already parsed by Hydra's ``OverridesParser``."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    return BasicSweeper.split_arguments(parsed, None)[0]
+def job_overrides(parsed: list) -> list[list[str]]:
+    """The jobs of overrides parsed by Hydra's ``OverridesParser``: the cartesian product of each key's
+    values (``range(3)``, ``a,b``, ``[0],[1]``), the first key varying slowest, as Hydra's basic sweeper
+    forms it. A key given twice keeps its first place and its last values (``seed=0`` after a preset's
+    ``seed: range(10)`` fixes the seed)."""
+    values: dict[str, list[str]] = {}
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override() and not override.is_discrete_sweep():
+            raise ConfigError(
+                f"{key}: an interval() is a search space for an optimising sweeper; "
+                "decpriv sweeps lists of values (a=1,2,3 or a=range(1,4))"
+            )
+        if override.is_sweep_override():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
-    """Number of jobs and swept keys of a basic-sweeper multirun, as Hydra's ``BasicSweeper`` expands it.
+    """Number of jobs and swept keys of a multirun, as decpriv's sweeper expands it.
 
     A sweep is the sweeper's ``params`` (``hydra.sweeper.params`` of an experiment preset, such as
     ``adversary.nodes: "[0],[1],..."`` and ``seed: range(10)``) followed by the command line overrides
@@ -93,11 +107,15 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    given = [f"{k}={v}" for k, v in (params or {}).items()] + list(task)
-    parsed = OverridesParser.create().parse_overrides(given)
+    parsed = OverridesParser.create().parse_overrides(with_params(task, params))
     final = {o.get_key_element(): o for o in parsed}  # the last override of a key wins, in first place
     keys = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
-    return len(_jobs(parsed)), keys
+    return len(job_overrides(parsed)), keys
+
+
+def with_params(task: list[str], params: Any) -> list[str]:
+    """The sweeper's ``params`` as overrides, before the command line's (which replace them)."""
+    return [f"{k}={v}" for k, v in (params or {}).items()] + list(task)
 
 
 def sweeper_params(hydra: Any) -> Any:
@@ -129,18 +147,9 @@ def write_summary(sweep: Path, jobs: int) -> pd.DataFrame:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv`` with the swept keys up front."""
-
-    failed = 0
-    folder: Path | None = None
-    jobs = 0
+    """Hydra callback: after a multirun, write ``<sweep dir>/summary.csv`` with the swept keys up front
+    (``decpriv run`` reads it to count the failed jobs)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        jobs = sweep_plan(list(config.hydra.overrides.task), sweeper_params(config.hydra))[0]
-        table = write_summary(sweep, jobs)
-        if table.empty:
-            return
-        SweepSummary.failed = int((table["status"] != "completed").sum())
-        SweepSummary.folder = sweep
-        SweepSummary.jobs = jobs
+        write_summary(sweep, sweep_plan(list(config.hydra.overrides.task), sweeper_params(config.hydra))[0])

@@ -1,0 +1,76 @@
+"""The Hydra task function of ``decpriv run``: one job (one run, or one job of a sweep) in its folder."""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.markup import escape
+
+from decpriv.cli.stderr import print_stderr
+
+
+def job_line(num: int, task: list[str], sweeper: Any) -> str:
+    """``job 2 of 8  topology=ring seed=1  ``: the job's swept values, as the sweeper named them in the job's
+    ``hydra.sweeper`` node (``job_count``, ``swept_keys``; another sweeper: every override, ``of ?``).
+
+    Jobs are numbered from 0, as Hydra numbers them and names their folders (``<sweep>/2``)."""
+    swept = list(sweeper.get("swept_keys") or [])
+    shown = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept] or task
+    return f"job {num} of {sweeper.get('job_count') or '?'}  {' '.join(shown)}  "
+
+
+@dataclass
+class HydraJob:
+    """The task function Hydra calls with each job's config. ``prebuilt``: the precheck's build of a single
+    run's config (``experiment.Prebuilt``), used when the job's config is that very one.
+
+    Parallel launchers pickle it with the job: it holds no lock, no open file, and in a sweep no setup."""
+
+    prebuilt: Any = None
+
+    def __call__(self, cfg: DictConfig) -> None:
+        # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
+        from decpriv import experiment
+        from decpriv.report.resume import already_completed, take_resume
+        from decpriv.scheduler import stop_on_sigterm
+
+        runtime = HydraConfig.get()
+        out = Path(runtime.runtime.output_dir)
+        choices = {k: v for k, v in runtime.runtime.choices.items() if not k.startswith("hydra")}
+        multirun = runtime.mode == RunMode.MULTIRUN
+        line = job_line(runtime.job.num, list(runtime.overrides.task), runtime.sweeper) if multirun else ""
+        resume = take_resume(cfg)
+        digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
+        if resume and already_completed(out, digest):
+            if sys.stdout.isatty() or not multirun:
+                Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
+            return
+        try:
+            with stop_on_sigterm():  # a job a scheduler cancels (scancel: SIGTERM in its own process)
+                experiment.run(
+                    cfg, out, choices, sys.stderr.isatty() and not multirun, self._prebuilt_of(cfg)
+                )
+        except Exception as error:
+            if not multirun:
+                experiment.error_exit(error, bool(cfg.get("debug")))
+            print_stderr(
+                f"[red]job {runtime.job.num} ({out}) failed:[/] {type(error).__name__}: {escape(str(error))}"
+            )
+            return
+        from decpriv.report.show import print_headline, print_job_line
+
+        if not multirun:
+            print_headline(out, Console())
+        else:  # one line per job, in a terminal or a log
+            print_job_line(out, line, Console())
+
+    def _prebuilt_of(self, cfg: DictConfig) -> Any:
+        """The kept build when it was made from this very config (then dropped), else None."""
+        prebuilt, self.prebuilt = self.prebuilt, None
+        same = prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg)
+        return prebuilt if same else None

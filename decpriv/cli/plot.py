@@ -1,0 +1,69 @@
+"""``decpriv plot SWEEP|RUN x=KEY y=METRIC ...``: a metric against a key, mean and std over seeds."""
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from decpriv.errors import ConfigError, bad
+
+PLOT_ARGUMENTS = ("x", "y", "hue", "table", "logx", "logy", "out")
+
+
+def plot_arguments(pairs: list[str]) -> dict[str, str]:
+    """The ``x=KEY`` style arguments; an unknown or malformed one is refused in one sentence."""
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in PLOT_ARGUMENTS:
+            raise bad(
+                key or pair, value, "is not an argument of decpriv plot", f"use {', '.join(PLOT_ARGUMENTS)}"
+            )
+        found[key] = value
+    return found
+
+
+def switch(key: str, value: str | None) -> bool | None:
+    """``logx=true``: a switch, None when not given."""
+    if value is None:
+        return None
+    if value.lower() not in ("true", "false"):
+        raise bad(key, value, "is a switch", f"use {key}=true or {key}=false")
+    return value.lower() == "true"
+
+
+def _plotted_table(target: Path, name: str | None, y: str) -> tuple[object, object]:
+    """The table to plot (a sweep's completed jobs, or a run's NAME.csv) and the headline's baseline."""
+    from decpriv.report.aggregate import load_sweep
+    from decpriv.report.run_folder import read_table
+
+    if name is None and not (target / "run.json").is_file():
+        sweep = load_sweep(target)
+        return sweep.completed, sweep.headline_of(y)
+    file = target / f"{name or 'history'}.csv"
+    if not file.is_file():
+        raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")
+    table = read_table(file)
+    return (table[table["status"] == "completed"] if "status" in table else table), None
+
+
+def plot_command(ns: argparse.Namespace, console: Console) -> int:
+    from decpriv.report.run_folder import RunFolder
+    from decpriv.report.sweep_plots import plot
+
+    if ns.target is None or "=" in ns.target:
+        raise ConfigError("decpriv plot needs a sweep or run folder first: decpriv plot SWEEP x=KEY y=METRIC")
+    target = Path(ns.target)
+    args = plot_arguments(ns.arguments)
+    for needed in ("x", "y"):
+        if needed not in args:
+            raise ConfigError(f"decpriv plot needs {needed}=COLUMN (e.g. x=protocol.lr y=test_accuracy)")
+    table, baseline = _plotted_table(target, args.get("table"), args["y"])
+    hue = [h for h in args.get("hue", "").split(",") if h]
+    logx, logy = switch("logx", args.get("logx")), bool(switch("logy", args.get("logy")))
+    figure = plot(table, args["x"], args["y"], hue, logx, logy, baseline)
+    default = f"report/plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
+    out = Path(args["out"]) if "out" in args else target / default
+    RunFolder(out.parent).write_figure(out.name, figure)
+    console.print(f"plot: [bold]{out}[/]", highlight=False)
+    return 0

@@ -1,0 +1,175 @@
+"""``decpriv run``'s check of every job before any job starts (and before any folder exists): each job's
+config composed and built, no training; the launcher's options that would fail only once it started."""
+
+import gc
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from decpriv.cli.composition import compose_or_refuse
+from decpriv.errors import ConfigError, bad
+
+
+@dataclass
+class Plan:
+    """What the precheck found: the job count and swept keys, the first job's ``hydra`` node (its folders,
+    launcher and sweeper), whether every job was checked (not so for a preset's own sweep: Fig. 2 alone has
+    1200 jobs, counted, composed by the sweeper, built by each job), whether it resumes, each checked
+    job's config digest (when resuming) and a single run's build (``experiment.Prebuilt``)."""
+
+    count: int
+    swept: list[str]
+    hydra: DictConfig
+    every_job_checked: bool
+    resuming: bool
+    digests: list[str | None] = field(default_factory=list)
+    prebuilt: Any = None
+
+    def kept_jobs(self, sweep: Path) -> list[int]:
+        """Jobs whose folder holds a completed run of the same config: a resumed sweep keeps them."""
+        from decpriv.report.resume import already_completed
+
+        if not self.every_job_checked:  # the digests are the command line's jobs, not the preset's grid
+            return []
+        return [
+            num
+            for num, digest in enumerate(self.digests)
+            if digest and already_completed(sweep / str(num), digest)
+        ]
+
+
+def check_job(
+    cfg: DictConfig, choices: dict, overrides: list[str], multirun: bool, keep: bool = False
+) -> Any:
+    """One job's whole build, no training. Returns the build kept for the run (``keep``), else the job's
+    config digest when it resumes (its folder is then read to decide whether it must run), else None."""
+    from decpriv import experiment
+    from decpriv.report.resume import check_fixed_folder, take_resume
+    from decpriv.validation import check_choices, check_unread
+
+    digest = None
+    if take_resume(cfg):
+        check_fixed_folder(overrides, multirun)
+        digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
+    check_choices(cfg, choices)
+    check_unread(cfg, overrides)
+    experiment.precheck(cfg, choices, keep=keep)
+    return experiment.take_prebuilt(cfg) if keep else digest
+
+
+def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, str | None]:
+    """A sweep job's refusal as one sentence (or None) and its digest: composed and built in a worker."""
+    try:
+        cfg, choices, _ = compose_or_refuse(job)
+        return None, check_job(cfg, choices, overrides, True)
+    except ConfigError as error:
+        return str(error), None
+    finally:
+        _freeze_imports()
+
+
+def _freeze_imports() -> None:
+    """Move the objects alive now (torch's, pandas', matplotlib's modules, once imported) out of the
+    garbage collector's reach: its full collections, and the last one at exit, stop walking them
+    (a process that imported torch takes 0.9 s less to exit; a joblib worker, to be shut down)."""
+    if not gc.get_freeze_count():
+        gc.collect()  # the garbage of the build just checked is not kept alive
+        gc.freeze()
+
+
+def joblib_options(launcher: DictConfig) -> dict[str, Any]:
+    """The joblib launcher's options as it hands them to ``joblib.Parallel``: the loky backend, and the
+    counts a yaml gives as text (``batch_size: "2"``) as numbers; ``auto`` and ``2*n_jobs`` stay joblib's."""
+    options = {k: v for k, v in OmegaConf.to_container(launcher, resolve=True).items() if k != "_target_"}
+    options["backend"] = "loky"
+    for key in ("pre_dispatch", "batch_size", "max_nbytes"):
+        with suppress(ValueError, TypeError):
+            options[key] = int(options[key]) if options.get(key) else options.get(key)
+    return options
+
+
+def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: DictConfig) -> list[str | None]:
+    """Check every job in worker processes started with the joblib launcher's own options: joblib keeps
+    those loky workers and the launcher reuses them for the jobs, which start with torch imported; the
+    parent neither imports torch nor builds the jobs one after another. Returns the jobs' digests."""
+    from joblib import Parallel, delayed
+
+    found = Parallel(**joblib_options(launcher))(delayed(_check_in_worker)(job, overrides) for job in jobs)
+    refusal = next((refusal for refusal, _ in found if refusal is not None), None)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return [digest for _, digest in found]
+
+
+def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
+    from decpriv.report.sweep import expand
+
+    if not multirun:
+        return [overrides]
+    try:
+        return expand(overrides)
+    except ConfigError:
+        raise
+    except Exception as error:  # Hydra's override grammar
+        raise ConfigError(str(error).strip().splitlines()[0]) from None
+
+
+def precheck(overrides: list[str], multirun: bool) -> Plan:
+    """Compose and check every job of the (possibly swept) command line before any job runs."""
+    from decpriv.report.sweep import sweep_plan, sweeper_params
+
+    jobs = _jobs_of(overrides, multirun)
+    cfg, choices, hydra = compose_or_refuse(jobs[0])
+    plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
+    if multirun:
+        check_launcher(hydra.launcher)
+        check_sweeper(hydra.sweeper)
+        params = sweeper_params(hydra)  # a preset's own sweep is counted, not prechecked
+        plan.count, plan.swept = sweep_plan(overrides, params)
+        plan.every_job_checked = not params
+    if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
+        plan.digests = _check_in_workers(jobs, overrides, hydra.launcher)
+    elif not multirun:
+        plan.prebuilt = check_job(cfg, choices, overrides, False, keep=True)
+    else:
+        plan.digests = [check_job(cfg, choices, overrides, True)]
+        plan.digests += [check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:]]
+    return plan
+
+
+def check_launcher(launcher: DictConfig) -> None:
+    """The launcher's own options that would fail only once the sweep started, with an exception's text."""
+    target = str(launcher.get("_target_", ""))
+    if target.endswith("submitit_launcher.LocalLauncher") and "partition" in launcher:
+        raise bad(
+            "hydra.launcher._target_",
+            target,
+            "the slurm launcher's options (partition, array_parallelism ...) are Slurm's, not the local "
+            "executor's",
+            "use hydra/launcher=submitit_local for submitit's local executor (no cluster needed)",
+        )
+    n_jobs = launcher.get("n_jobs")
+    if target.endswith(".JoblibLauncher") and (
+        not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0
+    ):
+        raise bad(
+            "hydra.launcher.n_jobs",
+            n_jobs,
+            "is the number of parallel jobs: -1 for one a core, or a positive count",
+            "use hydra.launcher.n_jobs=-1 or e.g. 2",
+        )
+
+
+def check_sweeper(sweeper: DictConfig) -> None:
+    """The sweeper's batch size, which the sweeper would refuse only once Hydra started (a traceback)."""
+    size = sweeper.get("max_batch_size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        raise bad(
+            "hydra.sweeper.max_batch_size",
+            size,
+            "is how many jobs the launcher is handed at once",
+            "give a positive count, or null for all",
+        )

@@ -1,0 +1,124 @@
+"""``decpriv run``: Hydra's command line (overrides, ``-m`` sweeps, ``--cfg``, ``--info``), every job
+checked first, so bad input fails in one sentence with exit status 2 before any job starts or any folder
+exists; then Hydra runs the jobs (decpriv's checked sweeper, the chosen launcher) into a claimed folder."""
+
+import argparse
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from decpriv.cli.precheck import Plan
+from decpriv.cli.stderr import print_error, print_stderr
+from decpriv.errors import ConfigError
+
+CHECKED_SWEEPER = "CheckedSweeper"
+
+
+@contextmanager
+def hydra_command_line(args: list[str]) -> Iterator[None]:
+    """``hydra.main`` reads its command line from ``sys.argv`` and nowhere else (its other entry,
+    ``run_hydra``, is private): set it for the call alone, then put back what was there."""
+    saved = sys.argv
+    sys.argv = ["decpriv run", *args]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def stop_exit_status(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """The signal that stopped the run (SIGINT unless named) and the shell's exit status for it."""
+    name = stop.args[0] if stop.args and isinstance(stop.args[0], str) else "SIGINT"
+    return name, 128 + int(getattr(signal, name, signal.SIGINT))
+
+
+def _sweeper_overrides(plan: Plan, sweep: Path | None) -> list[str]:
+    """What decpriv's sweeper is told: the jobs were all checked (no second composition), and which jobs a
+    resumed sweep keeps. Another sweeper (hydra/sweeper=basic) is told nothing."""
+    if not str(plan.hydra.sweeper.get("_target_", "")).endswith(CHECKED_SWEEPER):
+        return []
+    told = ["hydra.sweeper.prechecked=true"] if plan.every_job_checked else []
+    kept = plan.kept_jobs(sweep) if plan.resuming and sweep is not None else []
+    return told + ([f"hydra.sweeper.kept_jobs=[{','.join(map(str, kept))}]"] if kept else [])
+
+
+def _run_hydra(args: list[str], prebuilt: object) -> None:
+    import hydra
+
+    from decpriv.cli.job import HydraJob
+
+    job = hydra.main(config_path="pkg://decpriv.conf", config_name="config", version_base="1.3")(
+        HydraJob(prebuilt)
+    )
+    with hydra_command_line(args):
+        job()
+
+
+def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
+    """The sweep's folder and failed jobs, from the summary.csv its callback wrote: 1 when any failed."""
+    from decpriv.report.resume import kept_before
+    from decpriv.report.run_folder import read_table
+
+    if not (sweep / "summary.csv").is_file():
+        return 0
+    table = read_table(sweep / "summary.csv")
+    kept = kept_before(sweep, began, plan.count)
+    note = f" ({kept} job(s) kept from earlier runs: resume=true)" if kept else ""
+    console.print(f"sweep folder: [bold]{sweep}[/]{note}", highlight=False)
+    failed = int((table["status"] != "completed").sum())
+    if failed:
+        print_stderr(f"[red]{failed} job(s) failed[/] (see the sweep's summary.csv)")
+        return 1
+    return 0
+
+
+def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, count: int) -> int:
+    """An interrupted sweep still gets its summary.csv: finished jobs, and the one that was stopped."""
+    name, status = stop_exit_status(stop)
+    if multirun and folder is not None:
+        from decpriv.report.sweep import write_summary
+
+        write_summary(folder, count)
+    where = f" in {folder}" if folder else ""
+    print_stderr(f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.")
+    return status
+
+
+def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
+    """``args``: the command line after ``run``, handed to Hydra as typed (``ns``: the same, parsed)."""
+    from decpriv.scheduler import stop_on_sigterm
+
+    # Slurm's scancel and time limit send SIGTERM: stop as Ctrl-C does, so run.json says failed (interrupted).
+    with stop_on_sigterm():
+        return _checked_run(ns, args, console)
+
+
+def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> int:
+    from decpriv.cli.output_folder import claim_output_folder
+    from decpriv.cli.precheck import precheck
+
+    if ns.cfg or ns.info or ns.help or ns.hydra_help or ns.shell_completion or ns.version:
+        _run_hydra(args, None)  # Hydra prints the config, its search path or the help; nothing runs
+        return 0
+    overrides, multirun = list(ns.overrides), bool(ns.multirun)
+    try:
+        plan = precheck(overrides, multirun)
+        folder_override, folder = claim_output_folder(overrides, multirun, plan.hydra, plan.resuming)
+        added = [
+            *(_sweeper_overrides(plan, folder) if multirun else []),
+            *([folder_override] if folder_override else []),
+        ]
+    except ConfigError as error:
+        print_error(str(error))
+        return 2
+    began = datetime.now().replace(microsecond=0)
+    try:
+        _run_hydra([*args, *added], plan.prebuilt)
+    except KeyboardInterrupt as stop:
+        return _interrupted(stop, multirun, folder, plan.count)
+    return _sweep_outcome(folder, plan, began, console) if multirun else 0

@@ -1,0 +1,118 @@
+"""decpriv's sweeper (``hydra/sweeper=checked``, decpriv's default): Hydra's grid sweep over
+``hydra.sweeper.params`` and the command line, for jobs ``decpriv run`` has already checked.
+
+Hydra's basic sweeper composes every job once more before it launches them (a quarter second a job, one
+after another in the parent); ``decpriv run`` has just composed and built each of them, and says so with
+``hydra.sweeper.prechecked=true``. It also names the jobs a resumed sweep keeps (``kept_jobs``: their
+folders hold a completed run of the same config): those are not launched at all, on any launcher. Each
+launched job's config carries the sweep's job count and swept keys (``hydra.sweeper.job_count``,
+``swept_keys``), from which the job prints ``job 2 of 8  seed=1 topology=ring``.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from hydra_plugins.decpriv_checked_sweeper.cancelling_launchers import STAND_INS
+
+
+@dataclass
+class CheckedSweeperConf:
+    _target_: str = "hydra_plugins.decpriv_checked_sweeper.checked_sweeper.CheckedSweeper"
+    max_batch_size: int | None = None  # jobs handed to the launcher at once (None: all)
+    params: dict[str, str] | None = None  # swept keys of a preset: {key: "a,b" or "range(10)"}
+    prechecked: bool = False  # every job was composed and built before the sweep (decpriv run)
+    kept_jobs: list[int] = field(default_factory=list)  # job numbers a resumed sweep does not launch
+    job_count: int | None = None  # set by the sweeper in each job's config
+    swept_keys: list[str] = field(default_factory=list)  # set by the sweeper in each job's config
+
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="checked", node=CheckedSweeperConf, provider="decpriv"
+)
+
+
+def launch_blocks(count: int, kept: set[int], size: int | None) -> list[range]:
+    """Runs of consecutive job numbers to launch, ``kept`` ones left out, each at most ``size`` long: a
+    launcher numbers the jobs of one launch consecutively from the first (their folders' names)."""
+    blocks: list[range] = []
+    start = 0
+    for num in range(count + 1):
+        full = size is not None and num - start == size
+        if num == count or num in kept or full:
+            if num > start:
+                blocks.append(range(start, num))
+            start = num + 1 if num in kept else num
+    return blocks
+
+
+def with_stand_in_launcher(config: DictConfig) -> DictConfig:
+    """The config with decpriv's stand-in for a submitit launcher (its jobs cancelled when the sweep is
+    stopped) as ``hydra.launcher._target_``; the config itself for any other launcher."""
+    stand_in = STAND_INS.get(str(config.hydra.launcher.get("_target_")))
+    if stand_in is None:
+        return config
+    swapped = copy.deepcopy(config)
+    with read_write(swapped), open_dict(swapped):
+        swapped.hydra.launcher._target_ = f"{stand_in.__module__}.{stand_in.__qualname__}"
+    return swapped
+
+
+class CheckedSweeper(Sweeper):
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        params: dict[str, str] | None = None,
+        prechecked: bool = False,
+        kept_jobs: list[int] | None = None,
+        job_count: int | None = None,
+        swept_keys: list[str] | None = None,
+    ) -> None:
+        if max_batch_size is not None and max_batch_size <= 0:
+            raise ValueError(f"hydra.sweeper.max_batch_size={max_batch_size}: give a positive count or null")
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.prechecked = prechecked
+        self.kept_jobs = set(kept_jobs or ())
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=with_stand_in_launcher(config)
+        )
+
+    def sweep(self, arguments: list[str]) -> list[Any]:
+        from decpriv.report.sweep import job_overrides, with_params
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        parsed = parser.parse_overrides(with_params(arguments, self.params))
+        jobs = job_overrides(parsed)
+        final = {o.get_key_element(): o for o in parsed}
+        swept = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
+        facts = [f"hydra.sweeper.job_count={len(jobs)}", f"hydra.sweeper.swept_keys=[{','.join(swept)}]"]
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        returns = []
+        for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
+            batch = [[*jobs[num], *facts] for num in block]
+            if not self.prechecked:
+                self.validate_batch_is_legal(batch)  # Hydra's composition check of each job
+            results = self.launcher.launch(batch, initial_job_idx=block.start)
+            for result in results:
+                _ = result.return_value  # a job whose task raised stops the sweep, as in Hydra's sweeper
+            returns.append(results)
+        return returns
