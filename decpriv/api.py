@@ -68,7 +68,7 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     from decpriv import experiment  # torch: imported by running, not by composing
 
     cfg, choices = compose_config(overrides)
-    experiment.precheck(cfg, choices, keep=True)
+    prebuilt = experiment.precheck(cfg, choices)
     if out_dir is None:
         out = claim_folder(Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
     else:
@@ -76,5 +76,5 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     (out / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
-    experiment.run(cfg, out, choices, prebuilt=experiment.take_prebuilt(cfg))
+    experiment.run(cfg, out, choices, prebuilt=prebuilt)
     return load(out)

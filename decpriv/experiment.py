@@ -227,27 +227,15 @@ class Prebuilt:
     warnings: list[warnings.WarningMessage]  # raised while building; the run shows and keeps them
 
 
-_kept: list[Prebuilt] = []  # at most one: a single run's precheck, waiting for that run
-
-
-def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None, keep: bool = False) -> Setup:
+def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt:
     """Everything that can be decided without training: the whole :func:`build` (every plugin and
-    cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists.
-    ``keep``: remember the setup for :func:`take_prebuilt` (a single run builds once)."""
+    cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists;
+    a single run passes the returned build on to :func:`run` (it builds once)."""
     begin = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
-    _kept.clear()
-    if keep:
-        _kept.append(Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught))
-    return setup
-
-
-def take_prebuilt(cfg: DictConfig) -> Prebuilt | None:
-    """The kept precheck of this very config (then forgotten), else None."""
-    prebuilt = _kept.pop() if _kept else None
-    return prebuilt if prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg) else None
+    return Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught)
 
 
 GROWTH = 1e3  # a loss that ends this many times above where it started has diverged
@@ -367,7 +355,7 @@ def run(
 ) -> Path:
     """Run the whole pipeline into ``out_dir``; returns it. Re-raises errors after marking run.json failed.
 
-    ``prebuilt``: the precheck's setup of this config (:func:`take_prebuilt`), used instead of building."""
+    ``prebuilt``: the :func:`precheck` of this very config, used instead of building."""
     folder = RunFolder(out_dir)
     config_columns = flatten_config(cfg, choices or {})
     folder.start(

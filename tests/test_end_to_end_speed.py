@@ -14,6 +14,7 @@ from conftest import run_cli
 from decpriv import experiment
 from decpriv.api import compose_config
 from decpriv.cli import main
+from decpriv.cli.job import HydraJob
 from decpriv.metrics import images
 
 
@@ -57,7 +58,7 @@ def test_a_run_builds_its_setup_once_and_writes_what_two_builds_wrote(tmp_path, 
     assert len(builds) == 1  # the precheck's setup is the run's
     meta = json.loads((tmp_path / "once" / "run.json").read_text())
     assert meta["status"] == "completed" and meta["wall_seconds"]["build"] > 0
-    monkeypatch.setattr(experiment, "take_prebuilt", lambda cfg: None)  # as before: precheck, then build
+    monkeypatch.setattr(HydraJob, "_prebuilt_of", lambda self, cfg: None)  # as before: precheck, then build
     assert main(["run", *SMALL, f"hydra.run.dir={tmp_path / 'twice'}"]) == 0
     assert len(builds) == 3
     once, twice = _tables(tmp_path / "once"), _tables(tmp_path / "twice")
@@ -100,14 +101,14 @@ def test_a_picture_that_fails_to_draw_leaves_no_table_looking_complete(tmp_path,
 
 def test_a_kept_setup_is_used_only_for_its_own_config():
     cfg, choices = compose_config(SMALL)
-    experiment.precheck(cfg, choices, keep=True)
     other, _ = compose_config([*SMALL, "seed=1"])
-    assert experiment.take_prebuilt(other) is None
-    assert experiment.take_prebuilt(cfg) is None  # taken (and dropped) by the mismatch above
-    experiment.precheck(cfg, choices, keep=True)
-    prebuilt = experiment.take_prebuilt(cfg)
+    job = HydraJob(experiment.precheck(cfg, choices))
+    assert job._prebuilt_of(other) is None
+    assert job._prebuilt_of(cfg) is None  # taken (and dropped) by the mismatch above
+    job = HydraJob(experiment.precheck(cfg, choices))
+    prebuilt = job._prebuilt_of(cfg)
     assert prebuilt is not None and prebuilt.setup.network.n == 8 and prebuilt.seconds > 0
-    assert experiment.take_prebuilt(cfg) is None  # used once
+    assert job._prebuilt_of(cfg) is None  # used once
 
 
 @pytest.mark.slow

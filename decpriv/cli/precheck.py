@@ -56,8 +56,8 @@ def check_job(
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
     check_choices(cfg, choices)
     check_unread(cfg, overrides)
-    experiment.precheck(cfg, choices, keep=keep)
-    return experiment.take_prebuilt(cfg) if keep else digest
+    prebuilt = experiment.precheck(cfg, choices)
+    return prebuilt if keep else digest
 
 
 def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, str | None]:
