@@ -14,6 +14,9 @@ from decpriv.models.functional import FunctionalModel
 def consensus_distance(theta: torch.Tensor) -> float:
     """C = sum_v sum_{u != v} ||theta_v - theta_u||^2 / (n^2 - n) = 2 sum_v ||theta_v - mean||^2 / (n - 1)."""
     n = theta.shape[0]
+    # float64: a float32 sum's rounding depends on how many threads split it, and a sweep's jobs run with
+    # different thread counts (one per joblib worker), yet must write the same tables
+    theta = theta.double()
     spread = ((theta - theta.mean(0)) ** 2).sum()
     return float(2.0 * spread / max(n - 1, 1))
 
