@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "decpriv"
 
@@ -85,22 +86,63 @@ GROUND_TRUTH = {"truth", "Truth", "setup", "Setup", "cfg"}
 BEFORE_SCORING = ("prepare", "behaviour", "run")  # what an attack computes before it is scored
 
 
+def is_oracle_flag(test: ast.expr) -> bool:
+    """``self.oracle``: the declared oracle door (``Attack.oracle``), the one test that opens a branch
+    allowed to read ``view.oracle``."""
+    return (
+        isinstance(test, ast.Attribute)
+        and test.attr == "oracle"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == "self"
+    )
+
+
+def non_oracle_path(fn: ast.AST) -> list[ast.AST]:
+    """Every node of ``fn`` outside the body of an ``if self.oracle:`` (statement or expression): its
+    test and its else branch are the honest path and stay in."""
+    out, stack = [], [fn]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and is_oracle_flag(node.test):
+            stack.extend([node.test, *node.orelse])
+        elif isinstance(node, ast.IfExp) and is_oracle_flag(node.test):
+            stack.extend([node.test, node.orelse])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def peeks(nodes: list[ast.AST]) -> bool:
+    """A read of ground truth among ``nodes``: a name of the truth, the Setup or the config (variable or
+    parameter), ``<anything but self>.oracle``, or the string "oracle" (``getattr(view, "oracle")``)."""
+    for n in nodes:
+        if (
+            isinstance(n, ast.Name)
+            and n.id in GROUND_TRUTH
+            or isinstance(n, ast.arg)
+            and n.arg in GROUND_TRUTH
+        ):
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "oracle" and not is_oracle_flag(n):
+            return True
+        if isinstance(n, ast.Constant) and n.value == "oracle":
+            return True
+    return False
+
+
 def reaches_ground_truth(tree: ast.Module) -> list[str]:
-    """Attack methods ``prepare``/``behaviour``/``run`` that name the truth, the Setup or the config, or
-    call (by name or ``self.``, transitively, within the module) a function that does. A function that
-    reads ``view.oracle`` is the declared oracle door (``Attack.oracle``) and may."""
+    """Attack methods ``prepare``/``behaviour``/``run`` whose honest path reads the truth (``peeks``), or
+    calls (by name or ``self.``, transitively, within the module) a function whose honest path does.
+    Only the body of ``if self.oracle:`` may read ``view.oracle`` and call what reads it: a function that
+    also has an oracle branch is checked everywhere else."""
     functions = {
         node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
 
-    def names(fn) -> set[str]:
-        return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {
-            a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)
-        }
-
-    def called(fn) -> set[str]:
+    def called(nodes: list[ast.AST]) -> set[str]:
         out = set()
-        for node in ast.walk(fn):
+        for node in nodes:
             if isinstance(node, ast.Call):
                 f = node.func
                 if isinstance(f, ast.Name):
@@ -119,12 +161,10 @@ def reaches_ground_truth(tree: ast.Module) -> list[str]:
             if name in seen:
                 continue
             seen.add(name)
-            oracle = any(
-                isinstance(n, ast.Attribute) and n.attr == "oracle" for n in ast.walk(functions[name])
-            )
-            if names(functions[name]) & GROUND_TRUTH and not oracle:
+            honest = non_oracle_path(functions[name])
+            if peeks(honest):
                 bad.append(f"{entry} -> {name}")
-            stack.extend(called(functions[name]))
+            stack.extend(called(honest))
     return bad
 
 
@@ -150,6 +190,46 @@ def test_the_guard_catches_a_peek():
         "    def score(self, view):\n        return helper(view.truth)\n"
     )
     assert reaches_ground_truth(peek) == ["run -> helper"]
+
+
+ORACLE_ATTACK = """
+def true_step(view):
+    truth = view.oracle
+    return truth.local.x
+class A:
+    def run(self, view):
+        step = estimate(view)
+        if self.oracle:
+            step = true_step(view)
+        {peek}
+        return step
+"""
+
+
+@pytest.mark.parametrize(
+    "peek, found",
+    [
+        ("", []),  # the declared oracle branch alone reads the truth: allowed
+        ("step = step + view.oracle.local.x.mean()", ["run -> run"]),  # beside the branch, in the same run
+        ("step = step + true_step(view)", ["run -> true_step"]),  # calling the oracle helper
+        ("step = getattr(view, 'oracle') or step", ["run -> run"]),
+        ("step = step if self.oracle else true_step(view)", ["run -> true_step"]),  # else branch
+    ],
+)
+def test_the_guard_checks_the_honest_path_of_a_function_with_an_oracle_branch(peek, found):
+    """The oracle branch (``if self.oracle:``) is the only place a function may read ``view.oracle``:
+    a peek anywhere else in a function that also has one is caught."""
+    tree = ast.parse(ORACLE_ATTACK.format(peek=peek))
+    assert sorted(reaches_ground_truth(tree)) == found
+
+
+def test_diffgrad_reads_the_truth_only_in_its_oracle_branch():
+    """DiffGrad.run (Yu et al.'s oracle, ``attack.oracle=true``) is now checked outside that branch."""
+    path = PACKAGE / "attacks" / "pdmm" / "diffgrad.py"
+    tree = ast.parse(path.read_text())
+    run = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "run")
+    assert any(isinstance(n, ast.If) and is_oracle_flag(n.test) for n in ast.walk(run))
+    assert reaches_ground_truth(tree) == []
 
 
 def test_a_circle_is_found():
