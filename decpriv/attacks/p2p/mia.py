@@ -251,7 +251,8 @@ def score_targets(
 
 def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
     """Last-round statistics of one view, each the mean over victims beside the null of that mean (each
-    relabelling averaged over victims), and the maximum over rounds of the mean advantage beside the
+    relabelling averaged over victims), the fraction of victims whose own AUC beats their own null's
+    97.5% point and the median AUC beside it, and the maximum over rounds of the mean advantage beside the
     maximum over rounds of the same relabelling's mean."""
     table = scored.table
     rows = np.flatnonzero((table.view == view) & (table["round"] == table["round"].max()))
@@ -264,6 +265,11 @@ def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
                 scored.null[name][rows].mean(0),
             )
         )
+    # the mean hides a split: how many victims are themselves inferred (their AUC above their own null)
+    auc, hi = table.auc.to_numpy()[rows], table.auc_null_hi.to_numpy()[rows]
+    summary[f"{prefix}_{view}_victims"] = len(rows)
+    summary[f"{prefix}_{view}_fraction_above_null"] = float((auc > hi).mean())
+    summary[f"{prefix}_{view}_auc_median"] = float(np.median(auc))
     mine = table[table.view == view]
     per_round = [mine.index.to_numpy()[idx] for idx in mine.groupby("round").indices.values()]
     means = np.array([table.advantage.to_numpy()[idx].mean() for idx in per_round])
@@ -312,7 +318,9 @@ def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> s
     and on how many views membership was inferred (the AUC above that percentile)."""
     above = [v for v in views if summary[f"{prefix}_{v}_auc_above_null"]]
     each = ", ".join(
-        f"{v} {summary[f'{prefix}_{v}_auc']:.3f} (null {summary[f'{prefix}_{v}_auc_null_hi']:.3f})"
+        f"{v} {summary[f'{prefix}_{v}_auc']:.3f} (null {summary[f'{prefix}_{v}_auc_null_hi']:.3f}; "
+        f"{round(summary[f'{prefix}_{v}_fraction_above_null'] * summary[f'{prefix}_{v}_victims'])} of "
+        f"{summary[f'{prefix}_{v}_victims']} victims above their own null)"
         for v in views
     )
     members = summary[f"{prefix}_members_per_victim"]
