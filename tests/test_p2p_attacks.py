@@ -209,8 +209,8 @@ def test_preset_fig11_echo_raises_generalisation_and_membership(cli, tmp_path):
 
 @pytest.mark.slow
 def test_preset_fig16_override_rushing_and_not(cli, tmp_path):
-    """Pasquini et al. Fig. 16 / App. D (pasquini_fig16_override -m, 12 jobs, ~2 min): with the paper's
-    optimiser (SGD, momentum 0.9, lr 0.1) a rushing attacker controls every coverable victim's state
+    """Pasquini et al. Fig. 16 / App. D (pasquini_fig16_override -m, 12 jobs, ~3 min): with the paper's
+    optimiser (SGD, momentum 0.9, lr 0.1; 186 s on 2 busy cores) a rushing attacker controls every coverable victim's state
     exactly at every round; a non-rushing one, cancelling the previous round's updates, misses one round's
     movement of the neighbours: >= 96% of every victim's state at every round (worst: 96.2% at round 20,
     while momentum builds up), then above the paper's 98.7% as training settles (99.2% at 50, 99.7% at 100)."""
