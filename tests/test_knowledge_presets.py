@@ -96,7 +96,7 @@ def test_fig4_claim(cli, tmp_path):
 @pytest.mark.slow
 def test_fig5_claim(cli, tmp_path):
     """El Mrini et al. Fig. 5, the preset's whole sweep (every node of the Florentine graph the single
-    attacker, 10 seeds, T = 7, lr 1e-5; ~4 min on 2 busy cores), scored as the authors' released script
+    attacker, 10 seeds, T = 7, lr 1e-5; 333 s on 2 busy cores), scored as the authors' released script
     scores it: per target, the PSNR (peak 1) of the images standardised by the data's standard deviation,
     averaged over the seeds, >= 10 dB. Ten positions reconstruct every other node; the four leaves and
     Salviati (whose other neighbour is a leaf) hear the rest of the graph through one node, at most T = 7

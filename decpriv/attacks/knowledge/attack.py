@@ -294,7 +294,10 @@ class KnowledgeMatrix(Attack):
         if "median_psnr" in summary:
             text += (
                 f"; median PSNR {summary['median_psnr']:.1f} dB (the mean image, no attack: "
-                f"{summary['median_mean_image_psnr']:.1f} dB), {summary['success_rate']:.0%} above it"
+                f"{summary['median_mean_image_psnr']:.1f} dB), {summary['success_rate']:.0%} above it; "
+                f"the paper's PSNR >= {summary['success_psnr']:g} dB on standardised images (the authors' "
+                f"scale): {summary['fraction_standardised_psnr_success']:.0%} (the mean image "
+                f"{summary['mean_image_standardised_psnr_success']:.0%})"
             )
         return text + "."
 
@@ -457,6 +460,7 @@ def image_scores(
             "mean_image_psnr_success": float((base[honest] >= threshold).double().mean()),
             "fraction_standardised_psnr_success": float((z[honest] >= threshold).double().mean()),
             "mean_image_standardised_psnr_success": float((z_base[honest] >= threshold).double().mean()),
+            "success_psnr": threshold,
         }
     )
     low, high = spec.data_range
