@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "decpriv"
 
@@ -85,46 +86,106 @@ GROUND_TRUTH = {"truth", "Truth", "setup", "Setup", "cfg"}
 BEFORE_SCORING = ("prepare", "behaviour", "run")  # what an attack computes before it is scored
 
 
-def reaches_ground_truth(tree: ast.Module) -> list[str]:
-    """Attack methods ``prepare``/``behaviour``/``run`` that name the truth, the Setup or the config, or
-    call (by name or ``self.``, transitively, within the module) a function that does. A function that
-    reads ``view.oracle`` is the declared oracle door (``Attack.oracle``) and may."""
+def is_oracle_flag(test: ast.expr) -> bool:
+    """``self.oracle``: the declared oracle door (``Attack.oracle``), the one test that opens a branch
+    allowed to read ``view.oracle``."""
+    return (
+        isinstance(test, ast.Attribute)
+        and test.attr == "oracle"
+        and isinstance(test.value, ast.Name)
+        and test.value.id == "self"
+    )
+
+
+def non_oracle_path(fn: ast.AST) -> list[ast.AST]:
+    """Every node of ``fn`` outside the body of an ``if self.oracle:`` (statement or expression): its
+    test and its else branch are the honest path and stay in."""
+    out, stack = [], [fn]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and is_oracle_flag(node.test):
+            stack.extend([node.test, *node.orelse])
+        elif isinstance(node, ast.IfExp) and is_oracle_flag(node.test):
+            stack.extend([node.test, node.orelse])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def peeks(nodes: list[ast.AST]) -> bool:
+    """A read of ground truth among ``nodes``: a name of the truth, the Setup or the config (variable or
+    parameter), ``<anything but self>.oracle``, or the string "oracle" (``getattr(view, "oracle")``)."""
+    for n in nodes:
+        if (
+            isinstance(n, ast.Name)
+            and n.id in GROUND_TRUTH
+            or isinstance(n, ast.arg)
+            and n.arg in GROUND_TRUTH
+        ):
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "oracle" and not is_oracle_flag(n):
+            return True
+        if isinstance(n, ast.Constant) and n.value == "oracle":
+            return True
+    return False
+
+
+def imported_functions(tree: ast.Module, module: str, is_package: bool) -> dict[str, tuple[str, str]]:
+    """Local name -> (module, name) of every ``from X import f [as g]`` of a module."""
+    package = module if is_package else module.rpartition(".")[0]
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            out.update({alias.asname or alias.name: (base, alias.name) for alias in node.names})
+    return out
+
+
+def reaches_ground_truth(
+    tree: ast.Module, module: str = "", others: dict[str, tuple[ast.Module, bool]] | None = None
+) -> list[str]:
+    """Attack methods ``prepare``/``behaviour``/``run`` whose honest path reads the truth (``peeks``), or
+    calls (by name, ``self.`` or a name imported from one of ``others``, the other attack modules, with
+    whether each is a package; transitively) a function whose honest path does. Only the body of
+    ``if self.oracle:`` may read ``view.oracle`` and call what reads it: a function that also has an oracle
+    branch is checked everywhere else."""
+    others = others or {}
+    trees = {**others, module: (tree, others.get(module, (tree, False))[1])}
     functions = {
-        node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        m: {n.name: n for n in ast.walk(t) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for m, (t, _) in trees.items()
     }
+    aliases = {m: imported_functions(t, m, package) for m, (t, package) in trees.items()}
 
-    def names(fn) -> set[str]:
-        return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | {
-            a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)
-        }
-
-    def called(fn) -> set[str]:
+    def called(m: str, nodes: list[ast.AST]) -> set[tuple[str, str]]:
         out = set()
-        for node in ast.walk(fn):
+        for node in nodes:
             if isinstance(node, ast.Call):
                 f = node.func
                 if isinstance(f, ast.Name):
-                    out.add(f.id)
+                    out.add((m, f.id) if f.id in functions[m] else aliases[m].get(f.id, (m, f.id)))
                 elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-                    out.add(f.attr)
-        return out & set(functions)
+                    out.add((m, f.attr))
+        return {(where, name) for where, name in out if name in functions.get(where, {})}
 
     bad = []
     for entry in BEFORE_SCORING:
-        if entry not in functions:
+        if entry not in functions[module]:
             continue
-        seen, stack = set(), [entry]
+        seen, stack = set(), [(module, entry)]
         while stack:
-            name = stack.pop()
-            if name in seen:
+            where, name = stack.pop()
+            if (where, name) in seen:
                 continue
-            seen.add(name)
-            oracle = any(
-                isinstance(n, ast.Attribute) and n.attr == "oracle" for n in ast.walk(functions[name])
-            )
-            if names(functions[name]) & GROUND_TRUTH and not oracle:
-                bad.append(f"{entry} -> {name}")
-            stack.extend(called(functions[name]))
+            seen.add((where, name))
+            honest = non_oracle_path(functions[where][name])
+            if peeks(honest):
+                bad.append(f"{entry} -> {name}" if where == module else f"{entry} -> {where}.{name}")
+            stack.extend(called(where, honest))
     return bad
 
 
@@ -133,12 +194,13 @@ def test_attacks_see_only_their_context_and_view():
     they call) never name the truth: ground truth reaches evaluate alone (and run through ``view.oracle``
     for a declared oracle)."""
     forbidden = {"decpriv.built", "decpriv.experiment", "decpriv.api", "omegaconf", "hydra"}
+    attacks = {m: p for m, p in modules().items() if m.startswith("decpriv.attacks")}
+    trees = {m: (ast.parse(p.read_text()), p.name == "__init__.py") for m, p in attacks.items()}
     checked = 0
-    for path in sorted((PACKAGE / "attacks").rglob("*.py")):
-        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        tree = ast.parse(path.read_text())
+    for module, path in sorted(attacks.items()):
+        tree = trees[module][0]
         assert not imported(tree, module, path.name == "__init__.py") & forbidden, path
-        assert reaches_ground_truth(tree) == [], path
+        assert reaches_ground_truth(tree, module, trees) == [], path
         checked += "def prepare" in path.read_text() or "def run" in path.read_text()
     assert checked >= 12  # every attack module was read
 
@@ -150,6 +212,61 @@ def test_the_guard_catches_a_peek():
         "    def score(self, view):\n        return helper(view.truth)\n"
     )
     assert reaches_ground_truth(peek) == ["run -> helper"]
+
+
+ORACLE_ATTACK = """
+def true_step(view):
+    truth = view.oracle
+    return truth.local.x
+class A:
+    def run(self, view):
+        step = estimate(view)
+        if self.oracle:
+            step = true_step(view)
+        {peek}
+        return step
+"""
+
+
+@pytest.mark.parametrize(
+    "peek, found",
+    [
+        ("", []),  # the declared oracle branch alone reads the truth: allowed
+        ("step = step + view.oracle.local.x.mean()", ["run -> run"]),  # beside the branch, in the same run
+        ("step = step + true_step(view)", ["run -> true_step"]),  # calling the oracle helper
+        ("step = getattr(view, 'oracle') or step", ["run -> run"]),
+        ("step = step if self.oracle else true_step(view)", ["run -> true_step"]),  # else branch
+    ],
+)
+def test_the_guard_checks_the_honest_path_of_a_function_with_an_oracle_branch(peek, found):
+    """The oracle branch (``if self.oracle:``) is the only place a function may read ``view.oracle``:
+    a peek anywhere else in a function that also has one is caught."""
+    tree = ast.parse(ORACLE_ATTACK.format(peek=peek))
+    assert sorted(reaches_ground_truth(tree)) == found
+
+
+def test_diffgrad_reads_the_truth_only_in_its_oracle_branch():
+    """DiffGrad.run (Yu et al.'s oracle, ``attack.oracle=true``) is now checked outside that branch, into
+    the helpers it imports from the other attack modules (the leak's ``extract``, the inversion engine)."""
+    attacks = {m: p for m, p in modules().items() if m.startswith("decpriv.attacks")}
+    trees = {m: (ast.parse(p.read_text()), p.name == "__init__.py") for m, p in attacks.items()}
+    module = "decpriv.attacks.pdmm.diffgrad"
+    tree = trees[module][0]
+    run = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "run")
+    assert any(isinstance(n, ast.If) and is_oracle_flag(n.test) for n in ast.walk(run))
+    assert reaches_ground_truth(tree, module, trees) == []
+    # the oracle helper it calls in that branch does read the truth: moved out of the branch, it is caught
+    peeking = ast.parse(ast.unparse(tree).replace("if self.oracle:", "if True:"))
+    assert "run -> true_difference" in reaches_ground_truth(peeking, module, trees)
+
+
+def test_the_guard_follows_imports_into_other_attack_modules():
+    helper = ast.parse("def leak(view):\n    return view.oracle.local.x\n")
+    attack = ast.parse(
+        "from decpriv.attacks.x import leak as peek\nclass A:\n    def run(self, view):\n        return peek(view)\n"
+    )
+    others = {"decpriv.attacks.x": (helper, False)}
+    assert reaches_ground_truth(attack, "decpriv.attacks.a", others) == ["run -> decpriv.attacks.x.leak"]
 
 
 def test_a_circle_is_found():

@@ -95,21 +95,29 @@ def test_fig4_claim(cli, tmp_path):
 
 @pytest.mark.slow
 def test_fig5_claim(cli, tmp_path):
-    """Florentine families, five attacker positions: the paper's PSNR >= 10 dB is met by the constant mean
-    image on most digits, so it cannot tell a leaf attacker (node 0, one neighbour) from a central one; the
-    honest success rate does, and most positions recover every other node."""
-    cli(
-        "run",
-        "-m",
-        "experiment=elmrini_fig5",
-        "adversary.nodes=[0],[2],[5],[8],[12]",
-        "seed=0",
-        "hydra.sweep.dir=sweep",
-        check=True,
+    """El Mrini et al. Fig. 5, the preset's whole sweep (every node of the Florentine graph the single
+    attacker, 10 seeds, T = 7, lr 1e-5; 333 s on 2 busy cores), scored as the authors' released script
+    scores it: per target, the PSNR (peak 1) of the images standardised by the data's standard deviation,
+    averaged over the seeds, >= 10 dB. Ten positions reconstruct every other node; the four leaves and
+    Salviati (whose other neighbour is a leaf) hear the rest of the graph through one node, at most T = 7
+    equations for 14 unknowns, and stay below 60%. The constant mean image meets none of it, while the pixel
+    PSNR >= 10 dB (what decpriv reported as the paper's 99%) is met by that constant on most digits."""
+    cli("run", "-m", "experiment=elmrini_fig5", "hydra.sweep.dir=sweep", check=True)
+    sweep = tmp_path / "sweep"
+    s = pd.read_csv(sweep / "summary.csv")
+    assert len(s) == 150 and (s.status == "completed").all()
+    targets = pd.concat(
+        pd.read_csv(sweep / str(job) / "attack.csv").assign(position=nodes)
+        for job, nodes in zip(s.job, s["adversary.nodes"], strict=True)
     )
-    s = pd.read_csv(tmp_path / "sweep" / "summary.csv").set_index("adversary.nodes")
-    assert (s.mean_image_psnr_success >= 0.8).all()
-    leaf = s.loc["[0]"]
-    assert leaf.fraction_psnr_success > 0.8 and leaf.success_rate < 0.1
+    targets = targets[~targets.attacker]
+    by_seed = targets.groupby(["position", "node"])
+    success = (by_seed.psnr_standardised.mean() >= 10).groupby("position").mean()
+    baseline = (by_seed.mean_image_psnr_standardised.mean() >= 10).groupby("position").mean()
+    bounded = {f"[{v}]" for v in (0, 9, 10, 13, 14)}  # Acciaiuoli, Salviati, Pazzi, Ginori, Lamberteschi
+    assert (success.drop(list(bounded)) == 1).all()
+    assert (success[list(bounded)] < 0.6).all()
+    assert success.mean() == pytest.approx(0.79, abs=0.03)
+    assert (baseline == 0).all()
+    assert (targets.mean_image_psnr >= 10).mean() > 0.9  # the pixel criterion does not tell them apart
     assert (s.success_rate <= s.fraction_reconstructed_honest).all()
-    assert (s.success_rate == 1).sum() >= 3

@@ -188,7 +188,7 @@ def test_preset_appb_discovery_far_above_chance(cli, tmp_path):
 def test_preset_fig11_echo_raises_generalisation_and_membership(cli, tmp_path):
     """Pasquini et al. Figs. 11-12 (pasquini_fig11_echo -m, two runs, ~1 min on 2 cores): the marginalised
     echo raises the victim's local generalisation error > 2x the other neighbours' (paper ~4x) and more
-    than the received echo; membership inference on the victim's updates is above its shuffled-membership
+    than the received echo, by driving its local train accuracy to 1, the ceiling; membership inference on the victim's updates is above its shuffled-membership
     null and above the other neighbours'."""
     table = sweep(cli, tmp_path, "experiment=pasquini_fig11_echo").set_index("attack.variant")
     marg, received = table.loc["marginalised"], table.loc["received"]
@@ -200,16 +200,28 @@ def test_preset_fig11_echo_raises_generalisation_and_membership(cli, tmp_path):
     last = final[final.view == "echo_victim"].iloc[0]
     assert last.auc > last.auc_null_hi and last.advantage > last.advantage_null_hi
     assert last.auc > final[final.view == "other_neighbour"].auc.mean()
+    # why ~2.3x and not the paper's ~4x: the victim has memorised its whole set, its error is at its ceiling
+    # 1 - test accuracy (0.372 on digits; CIFAR-100's test accuracy leaves far more room)
+    assert last.local_train_accuracy == 1
+    assert last.local_generalisation_error == pytest.approx(1 - last.test_accuracy)
+    assert (final[final.view == "other_neighbour"].local_train_accuracy < 1).all()
 
 
 @pytest.mark.slow
 def test_preset_fig16_override_rushing_and_not(cli, tmp_path):
-    """Pasquini et al. Fig. 16 (pasquini_fig16_override -m): a rushing attacker controls every coverable
-    victim's state exactly, a non-rushing one most of it (an honest node controls none of it)."""
-    table = sweep(cli, tmp_path, "experiment=pasquini_fig16_override").set_index("attack.rushing")
-    assert (table.override_victims == 24).all()
-    assert table.loc[True].override_min_controlled_fraction > 1 - 1e-5
-    assert 0.9 < table.loc[False].override_min_controlled_fraction < 1 - 1e-5
+    """Pasquini et al. Fig. 16 / App. D (pasquini_fig16_override -m, 12 jobs, ~3 min): with the paper's
+    optimiser (SGD, momentum 0.9, lr 0.1; 186 s on 2 busy cores) a rushing attacker controls every coverable victim's state
+    exactly at every round; a non-rushing one, cancelling the previous round's updates, misses one round's
+    movement of the neighbours: >= 96% of every victim's state at every round (worst: 96.2% at round 20,
+    while momentum builds up), then above the paper's 98.7% as training settles (99.2% at 50, 99.7% at 100)."""
+    table = sweep(cli, tmp_path, "experiment=pasquini_fig16_override")
+    assert (table.override_victims == 24).all() and len(table) == 12
+    rushing = table[table["attack.rushing"]].set_index("protocol.rounds")
+    late = table[~table["attack.rushing"]].set_index("protocol.rounds").override_min_controlled_fraction
+    assert (rushing.override_min_controlled_fraction > 1 - 1e-5).all()
+    assert (late > 0.96).all() and (late < 1 - 1e-5).all()
+    assert late.loc[100] > 0.987 and late.loc[100] > late.loc[20]  # approaching 100% at the end
+    assert late.loc[100] == table[~table["attack.rushing"]].override_min_controlled_fraction.max()
 
 
 @pytest.mark.slow

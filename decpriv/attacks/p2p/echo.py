@@ -137,6 +137,9 @@ class Echo(Attack):
         with torch.no_grad():
             outside = forward_many(view.model, findings.targets.models, truth.dataset.x_test, shared=True)
         test_acc = (outside.argmax(-1) == truth.dataset.y_test).double().mean(1)
+        # both parts kept: the error cannot exceed 1 - test accuracy, which caps the echo's amplification
+        table["local_train_accuracy"] = train_acc.double().numpy()
+        table["test_accuracy"] = test_acc.numpy()
         table["local_generalisation_error"] = (train_acc.double() - test_acc).numpy()
         last = table[table["round"] == table["round"].max()]
         victim, others = last[last.view == "echo_victim"], last[last.view == "other_neighbour"]

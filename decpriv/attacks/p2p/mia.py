@@ -4,7 +4,8 @@ D-PSGD: each attacker tests every neighbour v on the update theta_v^{t+1/2} it r
 on its functional marginalisation (Eqs. 7-8, "marginalised"); ``marginalize=auto`` picks per round from
 the consensus distance the attacker estimates on its own received updates. FedAvg (``protocol=fedavg``
 with an eavesdropping server): every user is tested on its update (server view, "fl_update") and on the
-global model, the mean of the updates (user view, "fl_global").
+global model the server broadcast (user view, "fl_global"): under secure aggregation or secret sharing the
+aggregate the protocol revealed, not an average of the masked updates.
 """
 
 from dataclasses import dataclass
@@ -106,10 +107,11 @@ def dl_targets(view: View, rounds: np.ndarray, marginalize: bool | str) -> Targe
 
 
 def fl_targets(view: View, rounds: np.ndarray) -> Targets:
-    """FedAvg: each update (server view) and the global model, their mean (user view), for every user."""
+    """FedAvg: each update (server view) and the global model (user view) for every user."""
     n = view.network.n
-    received = updates(view.transcript, np.arange(n))[torch.as_tensor(rows_of(view, rounds))]
-    glob = received.mean(1, keepdim=True).expand_as(received)
+    rows = torch.as_tensor(rows_of(view, rounds))
+    received = updates(view.transcript, np.arange(n))[rows]
+    glob = global_models(view, rounds, received)[:, None].expand_as(received)
     r_idx, v_idx = np.meshgrid(np.arange(len(rounds)), np.arange(n), indexing="ij")
     estimate = consensus_estimate(received).numpy()[r_idx.ravel()]
     tables = [
@@ -127,6 +129,19 @@ def fl_targets(view: View, rounds: np.ndarray) -> Targets:
     ]
     models = torch.cat([received.reshape(-1, received.shape[-1]), glob.reshape(-1, received.shape[-1])])
     return Targets(pd.concat(tables, ignore_index=True), models)
+
+
+def global_models(view: View, rounds: np.ndarray, received: torch.Tensor) -> torch.Tensor:
+    """(R, p) the global model the server broadcast after each of ``rounds``, what every user sees.
+    Under secure aggregation or secret sharing it is the aggregate the protocol revealed (the masked
+    updates are noise, their mean too); in the clear, the round's participants' updates weighted by their
+    public local-set sizes, as FedAvg's server computes it (McMahan et al. 2017, Algorithm 1)."""
+    rows = torch.as_tensor(rows_of(view, rounds))
+    if view.transcript.aggregates is not None:
+        return view.transcript.aggregates[rows, 0].to(received.dtype)
+    sending = view.public["participants"][torch.as_tensor(rounds)].to(received.dtype)
+    weights = sending * torch.as_tensor(view.data_spec.local_sizes, dtype=received.dtype)
+    return (weights[..., None] * received).sum(1) / weights.sum(1, keepdim=True)
 
 
 def rows_of(view: View, rounds: np.ndarray) -> np.ndarray:
@@ -236,7 +251,8 @@ def score_targets(
 
 def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
     """Last-round statistics of one view, each the mean over victims beside the null of that mean (each
-    relabelling averaged over victims), and the maximum over rounds of the mean advantage beside the
+    relabelling averaged over victims), the fraction of victims whose own AUC beats their own null's
+    97.5% point and the median AUC beside it, and the maximum over rounds of the mean advantage beside the
     maximum over rounds of the same relabelling's mean."""
     table = scored.table
     rows = np.flatnonzero((table.view == view) & (table["round"] == table["round"].max()))
@@ -249,6 +265,11 @@ def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
                 scored.null[name][rows].mean(0),
             )
         )
+    # the mean hides a split: how many victims are themselves inferred (their AUC above their own null)
+    auc, hi = table.auc.to_numpy()[rows], table.auc_null_hi.to_numpy()[rows]
+    summary[f"{prefix}_{view}_victims"] = len(rows)
+    summary[f"{prefix}_{view}_fraction_above_null"] = float((auc > hi).mean())
+    summary[f"{prefix}_{view}_auc_median"] = float(np.median(auc))
     mine = table[table.view == view]
     per_round = [mine.index.to_numpy()[idx] for idx in mine.groupby("round").indices.values()]
     means = np.array([table.advantage.to_numpy()[idx].mean() for idx in per_round])
@@ -297,7 +318,9 @@ def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> s
     and on how many views membership was inferred (the AUC above that percentile)."""
     above = [v for v in views if summary[f"{prefix}_{v}_auc_above_null"]]
     each = ", ".join(
-        f"{v} {summary[f'{prefix}_{v}_auc']:.3f} (null {summary[f'{prefix}_{v}_auc_null_hi']:.3f})"
+        f"{v} {summary[f'{prefix}_{v}_auc']:.3f} (null {summary[f'{prefix}_{v}_auc_null_hi']:.3f}; "
+        f"{round(summary[f'{prefix}_{v}_fraction_above_null'] * summary[f'{prefix}_{v}_victims'])} of "
+        f"{summary[f'{prefix}_{v}_victims']} victims above their own null)"
         for v in views
     )
     members = summary[f"{prefix}_members_per_victim"]

@@ -26,6 +26,7 @@ from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 TARGETS = ("own", "zeros")
+CONTROLLED = 0.987  # a victim counts as held from this controlled fraction on (the paper's worst case)
 
 
 def override_targets(
@@ -185,11 +186,15 @@ class StateOverride(Attack):
             "override_rushing": self.rushing,
             "override_min_controlled_fraction": float(controlled.min()),
             "override_mean_controlled_fraction": float(controlled.mean()),
+            # beside the mean, how many victims the attacker holds at least as well as the paper's worst
+            # case (Pasquini et al. 2023, App. D: 98.7% without rushing)
+            "override_fraction_of_victims_controlled": float((controlled >= CONTROLLED).double().mean()),
         }
         summary["verdict"] = (
             f"state override ({'rushing' if self.rushing else 'not rushing'}): the final states of {len(table)} "
             f"victim(s) moved {summary['override_mean_controlled_fraction']:.1%} (worst "
             f"{summary['override_min_controlled_fraction']:.1%}) of the way from where the honest run ends to the "
-            "attacker's target (0: no effect, 100%: full control)."
+            "attacker's target (0: no effect, 100%: full control); "
+            f"{int((controlled >= CONTROLLED).sum())} of {len(table)} at least {CONTROLLED:.1%}."
         )
         return Findings(tables={"state_override": table}, summary=summary)
