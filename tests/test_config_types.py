@@ -76,6 +76,19 @@ REFUSED = [
         ["defense=muffliato", "protocol=gossip", "accountant=network_dp", "accountant.alpha=1"],
         "accountant.alpha=1: a Renyi order must exceed 1; set accountant.alpha > 1.",
     ),
+    (
+        ["protocol=dsgd", "attack=mia", "attack.marginalize=maybe"],
+        "attack.marginalize='maybe': not one of its choices; use one of true, false, auto.",
+    ),
+    (
+        ["protocol=dsgd", "attack=mia", "attack.permutations=10"],
+        "attack.permutations=10: the shuffled-membership draws of a 95% null interval must be at least 40; "
+        "use e.g. attack.permutations=200.",
+    ),
+    (
+        ["protocol=dsgd", "attack=echo", "attack.variant=loud"],
+        "attack.variant='loud': not one of its choices; use one of marginalised, received.",
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ of A over rounds, and by membership inference on the updates v sends.
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -19,13 +20,12 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
 from decpriv.truth import Truth
-
-VARIANTS = ("marginalised", "received")
 
 
 class Echoing(Behaviour):
@@ -57,6 +57,7 @@ class Echoed:
     targets: Targets  # every watched node's updates, for membership inference
 
 
+@checked("attack")
 class Echo(Attack):
     """One attacker echoes one neighbour's update back to its whole neighbourhood every round."""
 
@@ -69,12 +70,12 @@ class Echo(Attack):
     active = True  # forges messages (behaviour)
 
     def __init__(
-        self, victim: int | None = None, variant: str = "marginalised", every: int = 5, thresholds: int = 150
+        self,
+        victim: int | None = None,
+        variant: Literal["marginalised", "received"] = "marginalised",
+        every: Annotated[int, Range(ge=1, what="the attack's round spacing", eg=5)] = 5,
+        thresholds: int = 150,
     ):
-        if variant not in VARIANTS:
-            raise bad("attack.variant", variant, "unknown echo", f"use one of {', '.join(VARIANTS)}")
-        if every < 1:
-            raise bad("attack.every", every, "must be at least 1", "use e.g. attack.every=5")
         self.victim, self.variant, self.every, self.thresholds = victim, variant, every, thresholds
 
     def prepare(self, context: AttackContext) -> int:

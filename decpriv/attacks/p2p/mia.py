@@ -10,6 +10,7 @@ aggregate the protocol revealed, not an average of the masked updates.
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,8 @@ from decpriv.attacks.p2p.neighbourhood import (
 )
 from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
 from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
-from decpriv.attacks.p2p.scores import SCORES
+from decpriv.attacks.p2p.scores import SCORES, Score
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Findings
@@ -387,6 +389,7 @@ def mia_figure(scored: Scored) -> Figure:
     return fig
 
 
+@checked("attack")
 class MembershipInference(Attack):
     """Threshold attack on the modified entropy or the loss of each tested model (Sec. 4.1)."""
 
@@ -403,29 +406,14 @@ class MembershipInference(Attack):
 
     def __init__(
         self,
-        score: str = "mentr",
-        every: int = 1,
-        marginalize: bool | str = False,
-        thresholds: int = 150,
-        permutations: int = 200,
+        score: Score = "mentr",
+        every: Annotated[int, Range(ge=1, what="the attack's round spacing", eg=5)] = 1,
+        marginalize: bool | Literal["auto"] = False,
+        thresholds: Annotated[int, Range(ge=2, what="the ROC's threshold count", eg=150)] = 150,
+        permutations: Annotated[
+            int, Range(ge=40, what="the shuffled-membership draws of a 95% null interval", eg=200)
+        ] = 200,
     ):
-        if score not in SCORES:
-            raise bad("attack.score", score, "unknown membership score", f"use one of {', '.join(SCORES)}")
-        if every < 1:
-            raise bad("attack.every", every, "must be at least 1", "use e.g. attack.every=5")
-        if marginalize not in (True, False, "auto"):
-            raise bad(
-                "attack.marginalize", marginalize, "not a marginalisation mode", "use true, false or auto"
-            )
-        if thresholds < 2:
-            raise bad("attack.thresholds", thresholds, "need at least two thresholds", "use 150 (the paper)")
-        if permutations < 40:
-            raise bad(
-                "attack.permutations",
-                permutations,
-                "too few shuffled-membership draws for a 95% null interval",
-                "use at least 40 (default 200)",
-            )
         self.score, self.every, self.marginalize, self.thresholds = score, every, marginalize, thresholds
         self.permutations = permutations
 

@@ -15,6 +15,7 @@ determinant.
 """
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ import torch
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -83,15 +85,19 @@ def discover(
     )
 
 
+@checked("attack")
 class NeighbourDiscovery(Attack):
     """Find each neighbour's closed neighbourhood among the nodes the attacker hears."""
 
     name = "neighbour_discovery"
     headline = (Headline("discovery_final_exact_rate", 0.0, "higher", "a random guess of as many nodes"),)
 
-    def __init__(self, max_free: int = 16):
-        if not 1 <= max_free <= 20:
-            raise bad("attack.max_free", max_free, "2^max_free subsets are searched", "use 1..20")
+    def __init__(
+        self,
+        max_free: Annotated[
+            int, Range(ge=1, le=20, what="max_free (2^max_free subsets are searched)", eg=16)
+        ] = 16,
+    ):
         self.max_free = max_free
 
     def prepare(self, context: AttackContext) -> int:

@@ -5,6 +5,8 @@ A lower score means "more likely a member". The attack's advantage is the best b
 AUC and TPR at low FPR come from scikit-learn's ROC curve.
 """
 
+from typing import Literal
+
 import torch
 
 EPS = 1e-5  # as in the authors' code: keeps log(0) finite for confident predictions
@@ -25,6 +27,7 @@ def loss_score(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 SCORES = {"mentr": modified_entropy, "loss": loss_score}
+Score = Literal["mentr", "loss"]  # a config names one of SCORES
 
 
 def best_threshold_advantage(

@@ -16,6 +16,7 @@ curious node sees of v: the message v sent it (masked under SA) and its own aggr
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,8 @@ from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.attacks.p2p.gradient_recovery import Recovered, check_single_sgd_step, score_images
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbourhood import updates
-from decpriv.attacks.p2p.scores import SCORES
+from decpriv.attacks.p2p.scores import Score
+from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
@@ -122,6 +124,7 @@ def error_figure(table: pd.DataFrame):
     return fig
 
 
+@checked("attack")
 class SybilEvasion(Attack):
     """Recover one victim's update from two Sybils' aggregates; score it and the attacks it feeds."""
 
@@ -134,26 +137,14 @@ class SybilEvasion(Attack):
 
     def __init__(
         self,
-        invert: int = 0,
-        iterations: int = 200,
-        restarts: int = 1,
-        score: str = "mentr",
-        every: int = 1,
-        thresholds: int = 150,
-        permutations: int = 200,
+        invert: Annotated[int, Range(ge=0, what="the number of inverted updates")] = 0,
+        iterations: Annotated[int, Range(ge=1, what="the inversion's iterations")] = 200,
+        restarts: Annotated[int, Range(ge=1, what="the inversion's restarts")] = 1,
+        score: Score = "mentr",
+        every: Annotated[int, Range(ge=1, what="the attack's round spacing")] = 1,
+        thresholds: Annotated[int, Range(ge=2, what="the ROC's threshold count")] = 150,
+        permutations: Annotated[int, Range(ge=1, what="the shuffled-membership draws")] = 200,
     ):
-        for key, value, low in (
-            ("invert", invert, 0),
-            ("iterations", iterations, 1),
-            ("restarts", restarts, 1),
-            ("every", every, 1),
-            ("thresholds", thresholds, 2),
-            ("permutations", permutations, 1),
-        ):
-            if value < low:
-                raise bad(f"attack.{key}", value, f"must be at least {low}", f"set attack.{key} >= {low}")
-        if score not in SCORES:
-            raise bad("attack.score", score, "unknown membership score", f"use one of {', '.join(SCORES)}")
         self.invert, self.config = invert, InversionConfig(iterations=iterations, restarts=restarts)
         self.score, self.every, self.thresholds, self.permutations = score, every, thresholds, permutations
 
