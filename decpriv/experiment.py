@@ -7,7 +7,6 @@ leaves nothing behind.
 
 import hashlib
 import json
-import sys
 import time
 import warnings
 from contextlib import contextmanager, suppress
@@ -490,21 +489,3 @@ def _write(
     for name, table in report.tables.items():
         folder.write_table(name, table)
     folder.write_table("summary", pd.DataFrame([{"status": "completed", **report.summary, **config_columns}]))
-
-
-def error_exit(error: BaseException, debug: bool) -> None:
-    """Print one line and exit: status 2 for bad input, 1 for a failure during the run."""
-    if debug:
-        raise error
-    from rich.console import Console
-    from rich.markup import escape
-
-    console = Console(stderr=True, soft_wrap=True)
-    if isinstance(error, ConfigError):
-        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-        sys.exit(2)
-    console.print(
-        f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))} (debug=true shows the traceback)",
-        highlight=False,
-    )
-    sys.exit(1)

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from decpriv.cli.parser import build_parser
-from decpriv.cli.stderr import print_error, print_stderr
 from decpriv.errors import ConfigError
+from decpriv.stderr import print_error, print_stderr
 
 console = Console()
 COMMANDS = ("run", "list", "show", "diff", "report", "plot", "runs")

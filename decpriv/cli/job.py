@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.markup import escape
 
-from decpriv.cli.stderr import print_stderr
+from decpriv.errors import ConfigError
+from decpriv.stderr import print_error, print_stderr
 
 
 def job_line(num: int, task: list[str], sweeper: Any) -> str:
@@ -57,7 +58,7 @@ class HydraJob:
                 )
         except Exception as error:
             if not multirun:
-                experiment.error_exit(error, bool(cfg.get("debug")))
+                exit_on(error, bool(cfg.get("debug")))
             print_stderr(
                 f"[red]job {runtime.job.num} ({out}) failed:[/] {type(error).__name__}: {escape(str(error))}"
             )
@@ -74,3 +75,17 @@ class HydraJob:
         prebuilt, self.prebuilt = self.prebuilt, None
         same = prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg)
         return prebuilt if same else None
+
+
+def exit_on(error: BaseException, debug: bool) -> None:
+    """A single run's failure in one line, then exit: status 2 for bad input, 1 for a failure during the
+    run (``debug``: the traceback instead)."""
+    if debug:
+        raise error
+    if isinstance(error, ConfigError):
+        print_error(str(error))
+        sys.exit(2)
+    print_stderr(
+        f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))} (debug=true shows the traceback)"
+    )
+    sys.exit(1)

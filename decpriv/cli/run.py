@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from decpriv.cli.precheck import Plan
-from decpriv.cli.stderr import print_error, print_stderr
 from decpriv.errors import ConfigError
+from decpriv.stderr import print_error, print_stderr
 
 CHECKED_SWEEPER = "CheckedSweeper"
 

@@ -18,6 +18,7 @@ from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
+from decpriv.stderr import print_error
 
 
 def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
@@ -212,9 +213,7 @@ def _pictures_line(run: Path, sweep: bool) -> str | None:
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
     if not (run / "run.json").is_file() and not (run / "summary.csv").is_file():
-        Console(stderr=True, soft_wrap=True).print(
-            f"[bold red]error:[/] {run} is not a run or sweep folder (no run.json / summary.csv)."
-        )
+        print_error(f"{run} is not a run or sweep folder (no run.json / summary.csv).")
         return 2
     meta = read_status(run)
     if meta:
@@ -260,7 +259,7 @@ def print_diff(
     try:
         diffs = diff_paths(a, b, rtol, atol)
     except (FileNotFoundError, ConfigError) as error:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        print_error(str(error))
         return 2
     differ = [d for d in diffs if not d.equal]
     if form != "table":
