@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     try:
         code = main()
-        gc.freeze()  # exit without a last collection over every object of torch & co. (1 s)
+        gc.freeze()  # exit without a last collection over every object of torch & co. (docs/speed.md)
         sys.exit(code)
     except BrokenPipeError:
         # Output piped into `head`: stop quietly, as the Python docs advise for this signal.

@@ -73,8 +73,8 @@ def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, 
 
 def _freeze_imports() -> None:
     """Move the objects alive now (torch's, pandas', matplotlib's modules, once imported) out of the
-    garbage collector's reach: its full collections, and the last one at exit, stop walking them
-    (a process that imported torch takes 0.9 s less to exit; a joblib worker, to be shut down)."""
+    garbage collector's reach: its full collections, and the last one at exit, stop walking them, so a
+    joblib worker shuts down sooner (docs/speed.md)."""
     if not gc.get_freeze_count():
         gc.collect()  # the garbage of the build just checked is not kept alive
         gc.freeze()
