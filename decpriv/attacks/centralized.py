@@ -1,10 +1,10 @@
 """Gradient inversion by a server: the centralised baseline of every decentralized attack.
 
-The server (``adversary.eavesdropper=true``, or the centre of a star) reads each client's first-round
-gradient off what it receives (:data:`LEAKS`) and inverts it with :func:`decpriv.attacks.inversion.invert`:
+The server (``adversary.eavesdropper=true``, or the centre of a star) reads each client's gradient of
+round ``attack.round`` (0: the first) off what it receives (:data:`LEAKS`) and inverts it with :func:`decpriv.attacks.inversion.invert`:
 
-- FedSGD / FedAvg with one full-batch step: the client's model after one step from the broadcast w, so
-  the gradient at w is (w - w_i^{1/2}) / lr;
+- FedSGD / FedAvg with one full-batch step: the client's model after one step from the broadcast w^t, so
+  the gradient at w^t is (w^t - w_i^{t+1/2}) / lr; w^t is the server's own average of round t - 1;
 - centralized PDMM (Yu 2023, Sec. 5.1.1): z_{i|s}^1 and z_{s|i}^0 give w_i^1 = (z_{i|s}^1 + z_{s|i}^0) / 2
   and, by the client's optimality condition, grad f_i(w_i^1) = -rho (z_{i|s}^1 - z_{s|i}^0) / 2.
 
@@ -31,7 +31,12 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
-from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
+from decpriv.attacks.inversion.scoring import (
+    RECOVERY_HEADLINE,
+    image_summary,
+    reconstruction_grid,
+    score_batches,
+)
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
@@ -40,12 +45,23 @@ from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
-def fedsgd_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(point, gradient) of a FedSGD client's first round: one full-batch step of size lr from w^0."""
-    initial = view.public["initial_model"].detach().cpu()
-    first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
-    sent = view.transcript.sent_by(client)[first].to(initial.dtype)
-    return initial, (initial - sent) / float(view.hyper["lr"])
+def fedsgd_leak(view: View, client: int, round_: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(point, gradient) of a FedSGD client at round ``round_``: one full-batch step of size lr from the
+    global model w^t, which the server holds: w^0 it drew, later ones the n_i-weighted mean of the
+    clients' previous updates it received (every client takes part: ``client_fraction=1``)."""
+    times = view.transcript.times[:, 0]
+    point = view.public["initial_model"].detach().cpu()
+    if round_ > 0:
+        previous = int(np.flatnonzero(times == round_ - 1)[0])
+        clients = view.plan.clients
+        sent = view.transcript.values[previous][
+            torch.as_tensor(view.transcript.columns(clients, -np.ones_like(clients)))
+        ]
+        sizes = torch.as_tensor(view.plan.sizes, dtype=point.dtype)[:, None]
+        point = (sizes * sent.to(point.dtype)).sum(0) / sizes.sum()
+    row = int(np.flatnonzero(times == round_)[0])
+    sent = view.transcript.sent_by(client)[row].to(point.dtype)
+    return point, (point - sent) / float(view.hyper["lr"])
 
 
 def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,10 +76,12 @@ def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.
 LEAKS = {"fedsgd": fedsgd_leak, "fedavg": fedsgd_leak, "pdmm_centralized": pdmm_centralized_leak}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ServerPlan:
     batch_size: int  # how many samples each client's gradient sums or averages
     protocol: str  # whose messages the gradient is read from (a key of LEAKS)
+    clients: np.ndarray  # every client (FedSGD: the server averages their updates into the next w^t)
+    sizes: np.ndarray  # their local set sizes, the weights of that average (FedAvg's server knows them)
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,17 +91,15 @@ class Reconstructions:
 
 
 class GradientInversion(Attack):
-    """Invert the first-round gradient of ``victims`` clients (the lowest-indexed ones) on the server."""
+    """Invert the gradient of round ``round`` of ``victims`` clients (the lowest-indexed ones) on the server."""
 
     name = "gradient_inversion"
-    headline = (
-        Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
-        Headline("attack_l2_error", None, "lower"),
-    )
+    headline = (*RECOVERY_HEADLINE, Headline("attack_l2_error", None, "lower"))
 
     def __init__(
         self,
         victims: int = 1,
+        round: int = 0,
         batch_size: int | None = None,
         analytic: bool = False,
         cost: str = "l2",
@@ -105,7 +121,9 @@ class GradientInversion(Attack):
             raise bad(
                 "attack.batch_size", batch_size, "must be positive or null", "use the clients' set size"
             )
-        self.victims, self.batch_size, self.analytic = victims, batch_size, analytic
+        if round < 0:
+            raise bad("attack.round", round, "rounds count from 0", "use 0 (the first gradient) or later")
+        self.victims, self.round, self.batch_size, self.analytic = victims, round, batch_size, analytic
         self.config = InversionConfig(
             cost=cost,
             optimiser=optimiser,
@@ -138,6 +156,20 @@ class GradientInversion(Attack):
                 "fedavg",
                 "a client update is a single gradient only with one full-batch local step",
                 "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
+            )
+        if self.round >= protocol.rounds:
+            raise bad(
+                "attack.round",
+                self.round,
+                f"the run has rounds 0..{protocol.rounds - 1}",
+                f"use attack.round <= {protocol.rounds - 1} or raise protocol.rounds",
+            )
+        if self.round > 0 and protocol.name == "pdmm_centralized":
+            raise bad(
+                "attack.round",
+                self.round,
+                "centralized PDMM's gradient is read off round 1's messages only",
+                "use attack.round=0",
             )
         if getattr(protocol, "client_fraction", 1.0) < 1:
             # a client left out of round 1 sends back the global model: its "gradient" would read as zero
@@ -193,11 +225,13 @@ class GradientInversion(Attack):
             )
         if self.config.box and data.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
-        return ServerPlan(batch_size, protocol.name)
+        return ServerPlan(batch_size, protocol.name, clients, np.asarray(data.local_sizes)[clients])
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
         leak = LEAKS[view.plan.protocol]
+        if leak is fedsgd_leak:
+            leak = partial(fedsgd_leak, round_=self.round)
         spec = view.data_spec
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         inversions = []
@@ -242,6 +276,7 @@ class GradientInversion(Attack):
         table = scored.table
         summary = {
             "attack_method": "analytic" if self.analytic else self.config.optimiser,
+            "attack_round": self.round,
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_objective": float(np.mean([inv.objective for inv in inversions])),
         }
@@ -251,7 +286,7 @@ class GradientInversion(Attack):
         if image:
             scores, recovered = image_summary(table)
             summary |= {**scores, "attack_mse": float(table["mse"].mean())}
-            title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
+            title = f"{self.name}: round-{self.round} gradient of client(s) {', '.join(map(str, findings.victims))}"
             figures[f"reconstructions/{self.name}.png"] = partial(
                 reconstruction_grid, scored, data_range, "reconstructed", title
             )
@@ -263,8 +298,8 @@ class GradientInversion(Attack):
             else f"labels {summary['attack_label_accuracy']:.0%} right"
         )
         summary["verdict"] = (
-            f"{self.name} ({summary['attack_method']}) inverted the first-round gradient of "
-            f"{len(findings.victims)} client(s), {len(table)} sample(s): {recovered}; {labels}."
+            f"{self.name}: {recovered}; {labels} ({summary['attack_method']} on the round-{self.round} gradient of "
+            f"{len(findings.victims)} client(s), {len(table)} sample(s))."
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)
 

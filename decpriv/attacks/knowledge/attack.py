@@ -18,7 +18,8 @@ from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
-from decpriv.metrics.images import PSNR_CAP, psnr, ssim
+from decpriv.metrics import images
+from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr, ssim
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
@@ -53,6 +54,7 @@ class KnowledgeMatrix(Attack):
             "higher",
             "the honest nodes the attackers neighbour",
         ),
+        Headline("success_rate", 0.0, "higher", "the mean image (no attack) recovers none"),
         Headline("median_psnr", "median_mean_image_psnr", "higher", "the mean image (no attack)"),
     )
 
@@ -336,7 +338,7 @@ class KnowledgeMatrix(Attack):
             # the no-attack baseline: one constant guess, the mean held-out image of the public data set
             prior = truth.dataset.x_test.double().mean(0).reshape(1, *spec.input_shape).expand(shape)
             base = psnr(prior, truth_imgs, spec.data_range)
-            success = torch.as_tensor(k.reconstructible) & (p > base)
+            success = torch.as_tensor(k.reconstructible) & images.recovered(p, base)
             for column, value in (("psnr", p), ("ssim", s), ("mean_image_psnr", base), ("success", success)):
                 table[column] = np.nan if column != "success" else False
                 table.loc[findings.nodes, column] = value.numpy()
@@ -345,6 +347,9 @@ class KnowledgeMatrix(Attack):
                 {
                     # exact recoveries have infinite PSNR: a median, not a mean, summarises them
                     "median_psnr": float(p[honest].median()),
+                    "mean_psnr": float(p[honest].mean()),
+                    "recovered_images": int(success[honest].sum()),
+                    "honest_images": int(honest.sum()),
                     "mean_ssim": float(s[honest].mean()),
                     "success_rate": float(success[honest].double().mean()),
                     "fraction_above_mean_image": float((p[honest] > base[honest]).double().mean()),
@@ -380,9 +385,11 @@ class KnowledgeMatrix(Attack):
             f"{summary['unknowns']} unknowns after {summary['knowledge_steps']} step(s): {found}"
         )
         if "median_psnr" in summary:
-            text += (
-                f"; median PSNR {summary['median_psnr']:.1f} dB (the mean image, no attack: "
-                f"{summary['median_mean_image_psnr']:.1f} dB), {summary['success_rate']:.0%} above it"
+            text = (
+                f"{summary['recovered_images']} of {summary['honest_images']} honest input(s) recovered "
+                f"(determined, and PSNR at least {RECOVERY_MARGIN_DB:g} dB above the mean image's); median "
+                f"PSNR {summary['median_psnr']:.1f} dB, mean {summary['mean_psnr']:.1f} dB (each capped at "
+                f"{PSNR_CAP:.0f}; the mean image, no attack: {summary['median_mean_image_psnr']:.1f} dB). {text}"
             )
         return text + "."
 
