@@ -16,6 +16,8 @@ The inversions:
 - ``inverting_gradients``: Geiping et al. 2020: cosine matching + total variation, signed Adam with step
   decay, box constraint to the data range, restarts keeping the best; labels inferred.
 
+``span=true`` optimises each input in the span of the first layer's weight gradient rows (B coordinates
+an input instead of d pixels; :func:`decpriv.attacks.inversion.analytic.input_span`), as diffgrad does.
 With one sample per client and a fully connected first layer, ``analytic=true`` reads x off the gradient
 in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline for logistic regression,
 :mod:`decpriv.attacks.inversion.analytic`); it is exact and needs no label.
@@ -30,7 +32,7 @@ import torch
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
-from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
+from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input, input_span
 from decpriv.attacks.inversion.scoring import (
     RECOVERY_HEADLINE,
     image_summary,
@@ -102,6 +104,7 @@ class GradientInversion(Attack):
         round: int = 0,
         batch_size: int | None = None,
         analytic: bool = False,
+        span: bool = False,
         cost: str = "l2",
         optimiser: str = "lbfgs",
         iterations: int = 100,
@@ -124,6 +127,7 @@ class GradientInversion(Attack):
         if round < 0:
             raise bad("attack.round", round, "rounds count from 0", "use 0 (the first gradient) or later")
         self.victims, self.round, self.batch_size, self.analytic = victims, round, batch_size, analytic
+        self.span = span
         self.config = InversionConfig(
             cost=cost,
             optimiser=optimiser,
@@ -223,6 +227,17 @@ class GradientInversion(Attack):
                 "optimisation-based inversion here targets softmax classifiers",
                 "use model=mlp or softmax, or attack.analytic=true for one-sample logistic regression",
             )
+        if self.span and not first_layer_on_input(model, int(np.prod(data.input_shape))):
+            raise bad(
+                "attack.span",
+                True,
+                "the inputs' span is read off a fully connected first layer on the input",
+                "set attack.span=false, or use model=mlp or softmax",
+            )
+        if self.span and self.config.box:
+            raise bad(
+                "attack.span", True, "a box cannot be kept inside the inputs' span", "set attack.box=false"
+            )
         if self.config.box and data.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
         return ServerPlan(batch_size, protocol.name, clients, np.asarray(data.local_sizes)[clients])
@@ -256,6 +271,7 @@ class GradientInversion(Attack):
                     spec.data_range,
                     self.config,
                     generator,
+                    basis=input_span(view.model, gradient, view.plan.batch_size) if self.span else None,
                 )
             )
         return Reconstructions(victims, inversions)
@@ -275,7 +291,11 @@ class GradientInversion(Attack):
         )
         table = scored.table
         summary = {
-            "attack_method": "analytic" if self.analytic else self.config.optimiser,
+            "attack_method": "analytic"
+            if self.analytic
+            else f"{self.config.optimiser} in the inputs' span"
+            if self.span
+            else self.config.optimiser,
             "attack_round": self.round,
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_objective": float(np.mean([inv.objective for inv in inversions])),

@@ -1,7 +1,7 @@
 """Reconstruction quality, scored on de-normalised inputs with an explicit data range.
 
 MSE, PSNR (10 log10(range^2 / MSE)) and SSIM (Wang et al. 2004) per image, batched over the images in
-plain torch (the same numbers as torchmetrics, whose import alone costs seconds of start-up); relative L2
+plain torch (the same numbers as torchmetrics, without its slow import; docs/speed.md); relative L2
 error ||x_hat - x|| / ||x|| for feature vectors. Reconstructions are clipped to the data range first, as a
 viewer would display them. Identical images give MSE 0, PSNR +inf and SSIM 1.
 """
@@ -52,8 +52,7 @@ def recovered(psnr_db: torch.Tensor, baseline_db: torch.Tensor) -> torch.Tensor:
 def _window_matrix(size: int, pad: int, gauss: torch.Tensor) -> torch.Tensor:
     """(size, size) matrix B with B @ x = the reflection-padded x filtered by the 1-D window ``gauss``:
     the Gaussian window is separable, so the 2-D filter of an (H, W) image is B_H X B_W^T (two small
-    matmuls instead of an 11 x 11 convolution, whose float64 path unfolds every window: 1 s for 1000
-    8 x 8 images, 9 s for 200 32 x 32 colour ones)."""
+    matmuls instead of an 11 x 11 convolution, whose float64 path unfolds every window; docs/speed.md)."""
     out = torch.arange(size, device=gauss.device)[:, None]
     source = (out + torch.arange(-pad, pad + 1, device=gauss.device)).abs()  # reflect at 0 ...
     source = torch.where(source > size - 1, 2 * (size - 1) - source, source)  # ... and at size - 1
