@@ -51,9 +51,7 @@ def test_a_reconstruction_just_under_the_margin_is_not_recovered(digits_truth):
     """The margin is a stated number: a guess scoring below the mean image + 3 dB does not count."""
     truth, box = digits_truth, digits_truth.dataset.data_range
     prior = truth.dataset.x_test.mean(0, keepdim=True)
-    scored = score_batches(
-        np.array([0]), [prior.clone()], [torch.tensor([0])], [0.0], truth, box, image=True
-    )
+    scored = score_batches(np.array([0]), [prior.clone()], [torch.tensor([0])], [0.0], truth, box, image=True)
     row = scored.table.iloc[0]
     assert row["psnr"] == pytest.approx(row["mean_image_psnr"])
     assert not row["recovered"] and RECOVERY_MARGIN_DB == 3.0
