@@ -21,7 +21,15 @@ from decpriv.errors import bad
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
-from decpriv.protocols.base import Outcome, Protocol, Simulation, check_counts, check_sgd, eval_rounds
+from decpriv.protocols.base import (
+    Outcome,
+    Protocol,
+    Simulation,
+    check_counts,
+    check_dtype,
+    check_sgd,
+    eval_rounds,
+)
 from decpriv.protocols.dsgd import check_batch_size
 
 
@@ -47,8 +55,10 @@ class FedAvg(Protocol):
         client_fraction: float = 1.0,
         eval_every: int | None = None,
         local_epochs: float | None = None,
+        dtype: str = "float32",
     ):
         check_counts(rounds=rounds, local_steps=local_steps)
+        check_dtype(dtype)
         check_sgd(lr, batch_size)
         if local_epochs is not None and local_epochs <= 0:
             raise bad("protocol.local_epochs", local_epochs, "must be positive", "use e.g. 1 or null")
@@ -58,6 +68,7 @@ class FedAvg(Protocol):
             )
         self.rounds, self.lr, self.batch_size, self.local_steps = rounds, lr, batch_size, local_steps
         self.client_fraction, self.eval_every, self.local_epochs = client_fraction, eval_every, local_epochs
+        self.dtype = dtype
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         check_batch_size(self.batch_size, network, dataset)
@@ -71,10 +82,11 @@ class FedAvg(Protocol):
 
     def run(self, sim: Simulation) -> Outcome:
         sim.local.require_batch(self.batch_size)
-        model, local = sim.model, sim.local
+        dtype = getattr(torch, self.dtype)
+        model, local = sim.model, sim.local.astype(dtype)
         n = local.n
         steps = self.steps_per_round(local)
-        global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device)
+        global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device, dtype)
         initial = global_model.clone()
         batches = sim.seeds.torch("batches", sim.device)
         noise = sim.seeds.torch("defense.noise", sim.device)
@@ -115,6 +127,11 @@ class FedSGD(FedAvg):
     name = "fedsgd"
 
     def __init__(
-        self, rounds: int = 50, lr: float = 0.1, client_fraction: float = 1.0, eval_every: int | None = None
+        self,
+        rounds: int = 50,
+        lr: float = 0.1,
+        client_fraction: float = 1.0,
+        eval_every: int | None = None,
+        dtype: str = "float32",
     ):
-        super().__init__(rounds, lr, None, 1, client_fraction, eval_every, None)
+        super().__init__(rounds, lr, None, 1, client_fraction, eval_every, None, dtype)
