@@ -64,19 +64,26 @@ def test_e1_quantisation_stops_the_fall(tmp_path):
 
 @pytest.mark.slow
 def test_e2_e3_centralized_and_oracle_recover_what_the_anchored_adversary_cannot(tmp_path):
-    """Yu 2023 E2/E3 at n_i = 1, 2 (2 victims, 6 rounds): with exact points (the authors' oracle) the
-    difference is inverted as well as the centralized server inverts the gradient (every image, labels up
+    """Yu 2023 E2/E3 at n_i = 2, the thesis' MLP demo: with exact points (the authors' oracle) diffgrad
+    inverts the difference as well as the centralized server inverts the gradient (every image, labels up
     to the batch's permutation); anchored at the corrupt node's model (what the adversary really has on
-    this MLP, where PDMM does not settle) fewer images are recovered than by the centralized server."""
-    table = sweep(
-        tmp_path, "experiment=yu_e3", "partition.per_node=1,2", "attack.victims=2", "protocol.rounds=6"
+    this MLP, where PDMM does not settle) fewer images are recovered. 30 nodes (radius sqrt(ln N / N))
+    instead of 100 keep the two PDMM runs to minutes; the full curve is docs/pdmm.md's sweep."""
+    small = (
+        "experiment=yu_e3",
+        "partition.per_node=2",
+        "attack.victims=2",
+        "protocol.rounds=5",
+        "topology.n=30",
     )
-    cells = table.set_index(["setting", "partition.per_node"])
-    for n_i in (1, 2):
-        central = cells.loc[("yu_centralized", n_i)]
-        oracle = cells.loc[("yu_decentralized_oracle", n_i)]
-        honest = cells.loc[("yu_decentralized", n_i)]
-        assert central["attack_recovered_fraction"] == 1 and oracle["attack_recovered_fraction"] == 1
-        assert oracle["attack_oracle"] and not honest["attack_oracle"]
-        assert honest["attack_recovered_fraction"] < central["attack_recovered_fraction"]
-        assert honest["attack_psnr_median"] < central["attack_psnr_median"] - 10
+    pdmm = ("setting=yu_decentralized,yu_decentralized_oracle", "topology.radius=0.34")
+    run_cli("run", "-m", *small, *pdmm, "hydra.sweep.dir=dec", cwd=tmp_path, check=True)
+    run_cli("run", "-m", *small, "setting=yu_centralized", "hydra.sweep.dir=cen", cwd=tmp_path, check=True)
+    cells = pd.concat(pd.read_csv(tmp_path / d / "summary.csv") for d in ("dec", "cen")).set_index("setting")
+    central, oracle, honest = (
+        cells.loc[s] for s in ("yu_centralized", "yu_decentralized_oracle", "yu_decentralized")
+    )
+    assert central["attack_recovered_fraction"] == 1 and oracle["attack_recovered_fraction"] == 1
+    assert oracle["attack_oracle"] and not honest["attack_oracle"]
+    assert honest["attack_recovered_fraction"] < 1
+    assert honest["attack_psnr_median"] < central["attack_psnr_median"] - 10
