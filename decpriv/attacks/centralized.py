@@ -25,6 +25,7 @@ in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline 
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,6 +77,50 @@ def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.
 
 
 LEAKS = {"fedsgd": fedsgd_leak, "fedavg": fedsgd_leak, "pdmm_centralized": pdmm_centralized_leak}
+
+
+def check_server_view(protocol: Any, round_: int) -> None:
+    """Refuse a protocol whose messages do not carry one client gradient of round ``round_``."""
+    if protocol.name not in LEAKS:
+        raise bad(
+            "protocol",
+            protocol.name,
+            "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
+            "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
+        )
+    if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
+        raise bad(
+            "protocol",
+            "fedavg",
+            "a client update is a single gradient only with one full-batch local step",
+            "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
+        )
+    if round_ >= protocol.rounds:
+        raise bad(
+            "attack.round",
+            round_,
+            f"the run has rounds 0..{protocol.rounds - 1}",
+            f"use attack.round <= {protocol.rounds - 1} or raise protocol.rounds",
+        )
+    if round_ > 0 and protocol.name == "pdmm_centralized":
+        raise bad(
+            "attack.round",
+            round_,
+            "centralized PDMM's gradient is read off round 1's messages only",
+            "use attack.round=0",
+        )
+    if getattr(protocol, "client_fraction", 1.0) < 1:
+        # a client left out of a round sends back the global model: its "gradient" would read as zero
+        raise bad(
+            "protocol.client_fraction",
+            protocol.client_fraction,
+            "the server rebuilds w^t from every client's update and reads the victims' own, so every client must take part",
+            "use protocol.client_fraction=1.0",
+        )
+    if getattr(protocol, "local_epochs", None) is not None:
+        raise bad(
+            "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,46 +192,7 @@ class GradientInversion(Attack):
         """Plan: the batch size behind each client's gradient (``attack.batch_size`` or their common set
         size) and the protocol whose messages carry it."""
         protocol = context.protocol
-        if protocol.name not in LEAKS:
-            raise bad(
-                "protocol",
-                protocol.name,
-                "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
-                "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
-            )
-        if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
-            raise bad(
-                "protocol",
-                "fedavg",
-                "a client update is a single gradient only with one full-batch local step",
-                "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
-            )
-        if self.round >= protocol.rounds:
-            raise bad(
-                "attack.round",
-                self.round,
-                f"the run has rounds 0..{protocol.rounds - 1}",
-                f"use attack.round <= {protocol.rounds - 1} or raise protocol.rounds",
-            )
-        if self.round > 0 and protocol.name == "pdmm_centralized":
-            raise bad(
-                "attack.round",
-                self.round,
-                "centralized PDMM's gradient is read off round 1's messages only",
-                "use attack.round=0",
-            )
-        if getattr(protocol, "client_fraction", 1.0) < 1:
-            # a client left out of round 1 sends back the global model: its "gradient" would read as zero
-            raise bad(
-                "protocol.client_fraction",
-                protocol.client_fraction,
-                "the server reads each victim's first-round gradient, so every client must take part in round 1",
-                "use protocol.client_fraction=1.0",
-            )
-        if getattr(protocol, "local_epochs", None) is not None:
-            raise bad(
-                "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
-            )
+        check_server_view(protocol, self.round)
         if not context.adversary.eavesdropper:
             raise bad(
                 "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
