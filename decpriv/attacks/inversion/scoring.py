@@ -76,7 +76,10 @@ def score_batches(
             )
         true_rows.append(x)
         rec_rows.append(xr.clamp(*data_range))
-    return Scored(pd.DataFrame(rows), true_rows, rec_rows)
+    table = pd.DataFrame(rows)
+    # what a reader looks for first (``decpriv show`` prints the leading columns): who, and whether
+    lead = [c for c in ("victim", "example", "recovered", "psnr", "mean_image_psnr") if c in table]
+    return Scored(table[lead + [c for c in table if c not in lead]], true_rows, rec_rows)
 
 
 def image_summary(table: pd.DataFrame, prefix: str = "attack_") -> tuple[dict[str, float], str]:
