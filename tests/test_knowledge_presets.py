@@ -94,7 +94,7 @@ def test_fig4_claim(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_fig4_conv_net_panel_in_part(cli, tmp_path):
+def test_fig4_conv_net_panel_in_part(tmp_path):
     """The conv-net panel with the authors' CNN widths and inversion settings, on a 4-node line: most
     targets (2 of 3 measured, median 14.9 dB) clear the mean image (11.5 dB) by the 3 dB margin."""
     from decpriv.api import run
