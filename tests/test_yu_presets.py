@@ -29,13 +29,19 @@ def test_the_users_command_recovers_digits_from_pdmm_messages(tmp_path):
 
 @pytest.mark.slow
 def test_e1_error_falls_with_t_max_and_fedsgd_is_flat_and_lower(tmp_path):
+    """Fig. 6.1: PDMM's error falls with t_max (10 included, the value the claim quotes); FedSGD trained
+    to each t_max and attacked on the gradient sent at t_max stays at float precision, below PDMM's."""
     pdmm = sweep(tmp_path, "experiment=yu_e1_t_max").sort_values("attack.t_max")
+    assert 10 in set(pdmm["attack.t_max"])
     errors = pdmm["attack_l2_error"].to_numpy()
     assert (errors[1:] < errors[:-1]).all()
     assert errors[-1] < 1e-3 * errors[0]
-    run_cli("run", "experiment=yu_e1_fedsgd", "hydra.run.dir=fed", cwd=tmp_path, check=True)
-    fedsgd = pd.read_csv(tmp_path / "fed" / "summary.csv").iloc[0]["attack_l2_error"]
-    assert fedsgd < errors.min()
+    run_cli("run", "-m", "experiment=yu_e1_fedsgd", "hydra.sweep.dir=fed", cwd=tmp_path, check=True)
+    fedsgd = pd.read_csv(tmp_path / "fed" / "summary.csv").set_index("attack.round")["attack_l2_error"]
+    assert sorted(fedsgd.index) == sorted(pdmm["attack.t_max"])
+    assert fedsgd.max() < 1e-10  # flat: float64 precision at every t_max (4e-15 .. 8e-13 measured)
+    for t_max, error in zip(pdmm["attack.t_max"], errors, strict=True):
+        assert fedsgd[t_max] < error
 
 
 @pytest.mark.slow
@@ -57,20 +63,32 @@ def test_e1_quantisation_stops_the_fall(tmp_path):
 
 
 @pytest.mark.slow
-def test_e2_one_sample_nodes_are_recovered_and_larger_sets_are_harder(tmp_path):
-    table = sweep(tmp_path, "experiment=yu_e2_digits", "partition.per_node=1,2", "attack.victims=2")
-    psnr = table.set_index("partition.per_node")["attack_psnr"]
-    baseline = table.set_index("partition.per_node")["attack_mean_image_psnr"]
-    assert psnr[1] >= 20 and psnr[1] > baseline[1] + 10
-    assert psnr[2] < psnr[1] - 10
+def test_e2_e3_centralized_and_oracle_recover_what_the_anchored_adversary_cannot(tmp_path):
+    """Yu 2023 E2/E3 at n_i = 2, the thesis' MLP demo: with exact points (the authors' oracle) diffgrad
+    inverts the difference as well as the centralized server inverts the gradient (every image, labels up
+    to the batch's permutation); anchored at the corrupt node's model (what the adversary really has on
+    this MLP, where PDMM does not settle) fewer images are recovered. 30 nodes (radius sqrt(ln N / N))
+    instead of 100 keep the two PDMM runs to minutes; the full curve is docs/pdmm.md's sweep."""
+    from decpriv.api import run
 
-
-@pytest.mark.slow
-def test_e3_centralized_fl_leaks_more_than_decentralized_at_every_local_set_size(tmp_path):
-    table = sweep(tmp_path, "experiment=yu_e3", "partition.per_node=1,2", "attack.victims=2")
-    cells = table.set_index(["setting", "partition.per_node"])
-    for n_i in (1, 2):
-        central, decentral = cells.loc[("yu_centralized", n_i)], cells.loc[("yu_decentralized", n_i)]
-        assert central["attack_psnr"] > decentral["attack_psnr"] + 10
-        assert central["attack_ssim"] > decentral["attack_ssim"]
-        assert central["attack_label_accuracy"] >= decentral["attack_label_accuracy"]
+    small = [
+        "experiment=yu_e3",
+        "partition.per_node=2",
+        "attack.victims=2",
+        "protocol.rounds=5",
+        "topology.n=30",
+    ]
+    rgg = ["topology.radius=0.34"]  # sqrt(ln 30 / 30): connected with high probability
+    # in process: each PDMM run takes minutes on a loaded machine, past the CLI helper's time limit
+    central, oracle, honest = (
+        run([*small, f"setting={setting}", *extra], out_dir=tmp_path / setting).summary
+        for setting, extra in (
+            ("yu_centralized", []),
+            ("yu_decentralized_oracle", rgg),
+            ("yu_decentralized", rgg),
+        )
+    )
+    assert central["attack_recovered_fraction"] == 1 and oracle["attack_recovered_fraction"] == 1
+    assert oracle["attack_oracle"] and not honest["attack_oracle"]
+    assert honest["attack_recovered_fraction"] < 1
+    assert honest["attack_psnr_median"] < central["attack_psnr_median"] - 10

@@ -1,10 +1,10 @@
 """Gradient inversion by a server: the centralised baseline of every decentralized attack.
 
-The server (``adversary.eavesdropper=true``, or the centre of a star) reads each client's first-round
-gradient off what it receives (:data:`LEAKS`) and inverts it with :func:`decpriv.attacks.inversion.invert`:
+The server (``adversary.eavesdropper=true``, or the centre of a star) reads each client's gradient of
+round ``attack.round`` (0: the first) off what it receives (:data:`LEAKS`) and inverts it with :func:`decpriv.attacks.inversion.invert`:
 
-- FedSGD / FedAvg with one full-batch step: the client's model after one step from the broadcast w, so
-  the gradient at w is (w - w_i^{1/2}) / lr;
+- FedSGD / FedAvg with one full-batch step: the client's model after one step from the broadcast w^t, so
+  the gradient at w^t is (w^t - w_i^{t+1/2}) / lr; w^t is the server's own average of round t - 1;
 - centralized PDMM (Yu 2023, Sec. 5.1.1): z_{i|s}^1 and z_{s|i}^0 give w_i^1 = (z_{i|s}^1 + z_{s|i}^0) / 2
   and, by the client's optimality condition, grad f_i(w_i^1) = -rho (z_{i|s}^1 - z_{s|i}^0) / 2.
 
@@ -16,6 +16,8 @@ The inversions:
 - ``inverting_gradients``: Geiping et al. 2020: cosine matching + total variation, signed Adam with step
   decay, box constraint to the data range, restarts keeping the best; labels inferred.
 
+``span=true`` optimises each input in the span of the first layer's weight gradient rows (B coordinates
+an input instead of d pixels; :func:`decpriv.attacks.inversion.analytic.input_span`), as diffgrad does.
 With one sample per client and a fully connected first layer, ``analytic=true`` reads x off the gradient
 in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline for logistic regression,
 :mod:`decpriv.attacks.inversion.analytic`); it is exact and needs no label.
@@ -23,7 +25,7 @@ in closed form instead (x = dW/db, Phong et al. 2017; Yu 2023's FedSGD baseline 
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -31,8 +33,13 @@ import torch
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import Inversion, InversionConfig, invert
-from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
-from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
+from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input, input_span
+from decpriv.attacks.inversion.scoring import (
+    RECOVERY_HEADLINE,
+    image_summary,
+    reconstruction_grid,
+    score_batches,
+)
 from decpriv.config_types import Range, checked
 from decpriv.errors import bad
 from decpriv.protocols.fedavg import client_nodes
@@ -42,12 +49,23 @@ from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
 
-def fedsgd_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(point, gradient) of a FedSGD client's first round: one full-batch step of size lr from w^0."""
-    initial = view.public["initial_model"].detach().cpu()
-    first = int(np.flatnonzero(view.transcript.times[:, 0] == 0)[0])
-    sent = view.transcript.sent_by(client)[first].to(initial.dtype)
-    return initial, (initial - sent) / float(view.hyper["lr"])
+def fedsgd_leak(view: View, client: int, round_: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(point, gradient) of a FedSGD client at round ``round_``: one full-batch step of size lr from the
+    global model w^t, which the server holds: w^0 it drew, later ones the n_i-weighted mean of the
+    clients' previous updates it received (every client takes part: ``client_fraction=1``)."""
+    times = view.transcript.times[:, 0]
+    point = view.public["initial_model"].detach().cpu()
+    if round_ > 0:
+        previous = int(np.flatnonzero(times == round_ - 1)[0])
+        clients = view.plan.clients
+        sent = view.transcript.values[previous][
+            torch.as_tensor(view.transcript.columns(clients, -np.ones_like(clients)))
+        ]
+        sizes = torch.as_tensor(view.plan.sizes, dtype=point.dtype)[:, None]
+        point = (sizes * sent.to(point.dtype)).sum(0) / sizes.sum()
+    row = int(np.flatnonzero(times == round_)[0])
+    sent = view.transcript.sent_by(client)[row].to(point.dtype)
+    return point, (point - sent) / float(view.hyper["lr"])
 
 
 def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,10 +80,56 @@ def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.
 LEAKS = {"fedsgd": fedsgd_leak, "fedavg": fedsgd_leak, "pdmm_centralized": pdmm_centralized_leak}
 
 
-@dataclass(frozen=True)
+def check_server_view(protocol: Any, round_: int) -> None:
+    """Refuse a protocol whose messages do not carry one client gradient of round ``round_``."""
+    if protocol.name not in LEAKS:
+        raise bad(
+            "protocol",
+            protocol.name,
+            "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
+            "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
+        )
+    if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
+        raise bad(
+            "protocol",
+            "fedavg",
+            "a client update is a single gradient only with one full-batch local step",
+            "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
+        )
+    if round_ >= protocol.rounds:
+        raise bad(
+            "attack.round",
+            round_,
+            f"the run has rounds 0..{protocol.rounds - 1}",
+            f"use attack.round <= {protocol.rounds - 1} or raise protocol.rounds",
+        )
+    if round_ > 0 and protocol.name == "pdmm_centralized":
+        raise bad(
+            "attack.round",
+            round_,
+            "centralized PDMM's gradient is read off round 1's messages only",
+            "use attack.round=0",
+        )
+    if getattr(protocol, "client_fraction", 1.0) < 1:
+        # a client left out of a round sends back the global model: its "gradient" would read as zero
+        raise bad(
+            "protocol.client_fraction",
+            protocol.client_fraction,
+            "the server rebuilds w^t from every client's update and reads the victims' own, so every client must take part",
+            "use protocol.client_fraction=1.0",
+        )
+    if getattr(protocol, "local_epochs", None) is not None:
+        raise bad(
+            "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class ServerPlan:
     batch_size: int  # how many samples each client's gradient sums or averages
     protocol: str  # whose messages the gradient is read from (a key of LEAKS)
+    clients: np.ndarray  # every client (FedSGD: the server averages their updates into the next w^t)
+    sizes: np.ndarray  # their local set sizes, the weights of that average (FedAvg's server knows them)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,20 +140,19 @@ class Reconstructions:
 
 @checked("attack")
 class GradientInversion(Attack):
-    """Invert the first-round gradient of ``victims`` clients (the lowest-indexed ones) on the server."""
+    """Invert the gradient of round ``round`` of ``victims`` clients (the lowest-indexed ones) on the server."""
 
     name = "gradient_inversion"
-    headline = (
-        Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
-        Headline("attack_l2_error", None, "lower"),
-    )
+    headline = (*RECOVERY_HEADLINE, Headline("attack_l2_error", None, "lower"))
 
     def __init__(
         self,
         victims: Annotated[int, Range(ge=1, what="the number of attacked clients")] = 1,
+        round: Annotated[int, Range(ge=0, what="the attacked round (from 0)", eg=0)] = 0,
         batch_size: Annotated[int, Range(ge=1, what="a client's batch size (null: its set size)")]
         | None = None,
         analytic: bool = False,
+        span: bool = False,
         cost: str = "l2",
         optimiser: str = "lbfgs",
         iterations: int = 100,
@@ -103,7 +166,8 @@ class GradientInversion(Attack):
         labels: str = "infer",
         max_label_candidates: int = 100,
     ):
-        self.victims, self.batch_size, self.analytic = victims, batch_size, analytic
+        self.victims, self.round, self.batch_size = victims, round, batch_size
+        self.analytic, self.span = analytic, span
         self.config = InversionConfig(
             cost=cost,
             optimiser=optimiser,
@@ -123,32 +187,7 @@ class GradientInversion(Attack):
         """Plan: the batch size behind each client's gradient (``attack.batch_size`` or their common set
         size) and the protocol whose messages carry it."""
         protocol = context.protocol
-        if protocol.name not in LEAKS:
-            raise bad(
-                "protocol",
-                protocol.name,
-                "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
-                "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
-            )
-        if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
-            raise bad(
-                "protocol",
-                "fedavg",
-                "a client update is a single gradient only with one full-batch local step",
-                "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
-            )
-        if getattr(protocol, "client_fraction", 1.0) < 1:
-            # a client left out of round 1 sends back the global model: its "gradient" would read as zero
-            raise bad(
-                "protocol.client_fraction",
-                protocol.client_fraction,
-                "the server reads each victim's first-round gradient, so every client must take part in round 1",
-                "use protocol.client_fraction=1.0",
-            )
-        if getattr(protocol, "local_epochs", None) is not None:
-            raise bad(
-                "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
-            )
+        check_server_view(protocol, self.round)
         if not context.adversary.eavesdropper:
             raise bad(
                 "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
@@ -189,13 +228,26 @@ class GradientInversion(Attack):
                 "optimisation-based inversion here targets softmax classifiers",
                 "use model=mlp or softmax, or attack.analytic=true for one-sample logistic regression",
             )
+        if self.span and not first_layer_on_input(model, int(np.prod(data.input_shape))):
+            raise bad(
+                "attack.span",
+                True,
+                "the inputs' span is read off a fully connected first layer on the input",
+                "set attack.span=false, or use model=mlp or softmax",
+            )
+        if self.span and self.config.box:
+            raise bad(
+                "attack.span", True, "a box cannot be kept inside the inputs' span", "set attack.box=false"
+            )
         if self.config.box and data.data_range is None:
             raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
-        return ServerPlan(batch_size, protocol.name)
+        return ServerPlan(batch_size, protocol.name, clients, np.asarray(data.local_sizes)[clients])
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
         leak = LEAKS[view.plan.protocol]
+        if leak is fedsgd_leak:
+            leak = partial(fedsgd_leak, round_=self.round)
         spec = view.data_spec
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
         inversions = []
@@ -220,6 +272,7 @@ class GradientInversion(Attack):
                     data_range=spec.data_range,
                     config=self.config,
                     generator=generator,
+                    basis=input_span(view.model, gradient, view.plan.batch_size) if self.span else None,
                 )
             )
         return Reconstructions(victims, inversions)
@@ -239,7 +292,12 @@ class GradientInversion(Attack):
         )
         table = scored.table
         summary = {
-            "attack_method": "analytic" if self.analytic else self.config.optimiser,
+            "attack_method": "analytic"
+            if self.analytic
+            else f"{self.config.optimiser} in the inputs' span"
+            if self.span
+            else self.config.optimiser,
+            "attack_round": self.round,
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_objective": float(np.mean([inv.objective for inv in inversions])),
         }
@@ -249,7 +307,7 @@ class GradientInversion(Attack):
         if image:
             scores, recovered = image_summary(table)
             summary |= {**scores, "attack_mse": float(table["mse"].mean())}
-            title = f"{self.name}: first-round gradient of client(s) {', '.join(map(str, findings.victims))}"
+            title = f"{self.name}: round-{self.round} gradient of client(s) {', '.join(map(str, findings.victims))}"
             figures[f"reconstructions/{self.name}.png"] = partial(
                 reconstruction_grid, scored, data_range, "reconstructed", title
             )
@@ -261,8 +319,8 @@ class GradientInversion(Attack):
             else f"labels {summary['attack_label_accuracy']:.0%} right"
         )
         summary["verdict"] = (
-            f"{self.name} ({summary['attack_method']}) inverted the first-round gradient of "
-            f"{len(findings.victims)} client(s), {len(table)} sample(s): {recovered}; {labels}."
+            f"{self.name}: {recovered}; {labels} ({summary['attack_method']} on the round-{self.round} gradient of "
+            f"{len(findings.victims)} client(s), {len(table)} sample(s))."
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)
 

@@ -28,6 +28,7 @@ from decpriv.protocols.base import (
     EvalEvery,
     LearningRate,
     Outcome,
+    Precision,
     Protocol,
     Simulation,
     eval_rounds,
@@ -61,9 +62,11 @@ class FedAvg(Protocol):
         client_fraction: Fraction = 1.0,
         eval_every: EvalEvery = None,
         local_epochs: Annotated[float, Range(gt=0, what="passes over the local set", eg=1)] | None = None,
+        dtype: Precision = "float32",
     ):
         self.rounds, self.lr, self.batch_size, self.local_steps = rounds, lr, batch_size, local_steps
         self.client_fraction, self.eval_every, self.local_epochs = client_fraction, eval_every, local_epochs
+        self.dtype = dtype
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         check_batch_size(self.batch_size, network, dataset)
@@ -77,10 +80,11 @@ class FedAvg(Protocol):
 
     def run(self, sim: Simulation) -> Outcome:
         sim.local.require_batch(self.batch_size)
-        model, local = sim.model, sim.local
+        dtype = getattr(torch, self.dtype)
+        model, local = sim.model, sim.local.astype(dtype)
         n = local.n
         steps = self.steps_per_round(local)
-        global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device)
+        global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device, dtype)
         initial = global_model.clone()
         batches = sim.seeds.torch("batches", sim.device)
         noise = sim.seeds.torch("defense.noise", sim.device)
@@ -126,7 +130,13 @@ class FedSGD(FedAvg):
         lr: LearningRate = 0.1,
         client_fraction: Fraction = 1.0,
         eval_every: EvalEvery = None,
+        dtype: Precision = "float32",
     ):
         super().__init__(
-            rounds=rounds, lr=lr, batch_size=None, client_fraction=client_fraction, eval_every=eval_every
+            rounds=rounds,
+            lr=lr,
+            batch_size=None,
+            client_fraction=client_fraction,
+            eval_every=eval_every,
+            dtype=dtype,
         )

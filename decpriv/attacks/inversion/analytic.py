@@ -33,3 +33,16 @@ def analytic_inputs(model: FunctionalModel, gradients: torch.Tensor) -> torch.Te
     weight = gradients[:, : h * d].reshape(-1, h, d)
     bias = gradients[:, h * d : h * d + h]
     return torch.einsum("vhd,vh->vd", weight, bias) / (bias * bias).sum(1, keepdim=True)
+
+
+def input_span(model: FunctionalModel, gradient: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """(d, r) orthonormal basis of the span of a batch's inputs, read off the first layer of its (p,)
+    gradient or gradient difference: D_W = sum_k c_k x_k^T puts every row of D_W in span{x_1..x_B}, and
+    the top-B right singular vectors span it whenever the c_k are independent (rank B; in float, r counts
+    the singular values above 1e-10 of the largest, at most B). A batch of B inputs in R^d then has B r
+    unknowns, not B d (the rank argument of Zhu & Blaschko 2021, R-GAP, and Kariyappa et al. 2023's
+    cocktail-party attack, applied here to Yu 2023's gradient differences)."""
+    h, d = model.shapes[0]
+    _, s, vh = torch.linalg.svd(gradient[: h * d].reshape(h, d), full_matrices=False)
+    rank = min(batch_size, int((s > 1e-10 * s[0]).sum()))
+    return vh[:rank].T

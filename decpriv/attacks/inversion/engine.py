@@ -16,6 +16,7 @@ and both optimisers keep the problems independent (:mod:`decpriv.attacks.inversi
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -110,25 +111,17 @@ def dummy_gradient(
     return grad(loss)(params[0], x, y) - grad(loss)(params[1], x, y)
 
 
-def invert(
-    model: FunctionalModel,
-    params: torch.Tensor,
-    target: torch.Tensor,
-    input_shape: tuple[int, ...],
-    num_classes: int,
-    batch_size: int = 1,
-    labels: torch.Tensor | None = None,
-    data_range: tuple[float, float] | None = None,
-    config: InversionConfig = InversionConfig(),
-    generator: torch.Generator | None = None,
-) -> Inversion:
-    """Reconstruct a batch of ``batch_size`` inputs whose gradient (or gradient difference) is ``target``.
+@dataclass(frozen=True, eq=False)
+class _Problem:
+    """The stacked problems of one :func:`invert` call: N = K label candidates x R restarts."""
 
-    model: the public architecture; params: (p,) the point the gradient was taken at, or (2, p) the two
-    points of a gradient difference; target: (p,) the leaked vector; labels: (B,) when known, else
-    ``config.labels`` decides; data_range: the input box (used by ``init=rand`` and ``box=True``);
-    generator: the attack's random stream (initialisation only).
-    """
+    candidates: torch.Tensor  # (K, B) label candidates
+    labels: torch.Tensor  # (N, B) problem n: candidate n // R, restart n % R
+    nx: int  # unknowns per problem for the inputs (B x basis rank, or B x input size)
+    soft: bool  # soft labels learnt jointly: B x C more unknowns after the inputs
+
+
+def _check(model: FunctionalModel, params: torch.Tensor, target: torch.Tensor, batch_size: int) -> None:
     if params.dim() not in (1, 2) or params.shape[-1] != model.p or (params.dim() == 2 and len(params) != 2):
         raise bad(
             "params",
@@ -140,10 +133,19 @@ def invert(
         raise bad("target", tuple(target.shape), f"expected ({model.p},)", "pass the leaked flat gradient")
     if batch_size < 1:
         raise bad("batch_size", batch_size, "must be at least 1", "use a positive integer")
-    if config.box and data_range is None:
-        raise bad("attack.box", True, "the data has no declared value range", "set box=false")
-    device, dtype = params.device, params.dtype
-    params, target = params.detach(), target.detach().to(dtype)
+
+
+def _label_candidates(
+    model: FunctionalModel,
+    params: torch.Tensor,
+    target: torch.Tensor,
+    num_classes: int,
+    batch_size: int,
+    labels: torch.Tensor | None,
+    config: InversionConfig,
+) -> tuple[torch.Tensor, bool]:
+    """(K, B) label candidates and whether soft labels are learnt instead (then one dummy candidate)."""
+    device = params.device
     soft = labels is None and config.labels == "optimise"
     if soft and model.loss_name != "cross_entropy":
         raise bad(
@@ -153,8 +155,8 @@ def invert(
             "give labels or use enumerate",
         )
     if labels is not None:
-        candidates = labels.reshape(1, batch_size).to(device)
-    elif config.labels == "infer":
+        return labels.reshape(1, batch_size).to(device), False
+    if config.labels == "infer":
         if params.dim() == 2:
             raise bad(
                 "attack.labels",
@@ -162,56 +164,138 @@ def invert(
                 "labels cannot be read off a gradient difference (Yu 2023, Table 5.1)",
                 "use labels=enumerate or optimise",
             )
-        candidates = infer_labels(model, target, batch_size).reshape(1, batch_size).to(device)
-    elif config.labels == "enumerate":
-        candidates = candidate_labels(num_classes, batch_size, config.max_label_candidates).to(device)
+        return infer_labels(model, target, batch_size).reshape(1, batch_size).to(device), False
+    if config.labels == "enumerate":
+        return candidate_labels(num_classes, batch_size, config.max_label_candidates).to(device), False
+    return torch.zeros(1, batch_size, dtype=torch.long, device=device), soft
+
+
+def _initial(
+    problem: _Problem,
+    num_classes: int,
+    data_range: tuple[float, float] | None,
+    basis: torch.Tensor | None,
+    config: InversionConfig,
+    generator: torch.Generator | None,
+    like: torch.Tensor,
+) -> torch.Tensor:
+    """(N, nx [+ B C]) starting points: inputs drawn by ``config.init`` (in the basis' coordinates, the
+    draw's projection), then soft-label logits ~ N(0, 1)."""
+    n, batch = problem.labels.shape
+    width = problem.nx if basis is None else batch * basis.shape[0]
+    source = generator.device if generator is not None else like.device
+
+    def normal(columns: int) -> torch.Tensor:
+        return torch.randn((n, columns), generator=generator, dtype=like.dtype, device=source).to(like.device)
+
+    if config.init == "zeros":
+        u = like.new_zeros(n, width)
+    elif config.init == "rand":
+        low, high = data_range if data_range is not None else (0.0, 1.0)
+        base = torch.rand((n, width), generator=generator, dtype=like.dtype, device=source).to(like.device)
+        u = low + (high - low) * base
     else:
-        candidates = torch.zeros(1, batch_size, dtype=torch.long, device=device)
+        u = normal(width)
+    if basis is not None:
+        u = (u.reshape(n, batch, -1) @ basis).reshape(n, problem.nx)
+    return torch.cat([u, normal(batch * num_classes)], 1) if problem.soft else u
 
-    k, r = len(candidates), config.restarts
-    nx = batch_size * math.prod(input_shape)
-    nz = batch_size * num_classes if soft else 0
-    low, high = data_range if data_range is not None else (-math.inf, math.inf)
 
-    def draw(shape: tuple[int, ...]) -> torch.Tensor:
-        if config.init == "zeros":
-            return torch.zeros(shape, dtype=dtype, device=device)
-        if config.init == "rand":
-            base = torch.rand(
-                shape, generator=generator, dtype=dtype, device=generator.device if generator else device
-            )
-            span = (low, high) if data_range is not None else (0.0, 1.0)
-            return (span[0] + (span[1] - span[0]) * base).to(device)
-        return torch.randn(
-            shape, generator=generator, dtype=dtype, device=generator.device if generator else device
-        ).to(device)
+def invert(
+    model: FunctionalModel,
+    params: torch.Tensor,
+    target: torch.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    batch_size: int = 1,
+    labels: torch.Tensor | None = None,
+    data_range: tuple[float, float] | None = None,
+    config: InversionConfig = InversionConfig(),
+    generator: torch.Generator | None = None,
+    basis: torch.Tensor | None = None,
+) -> Inversion:
+    """Reconstruct a batch of ``batch_size`` inputs whose gradient (or gradient difference) is ``target``.
 
-    u0 = draw((k * r, nx))
-    if soft:
-        z0 = torch.randn(
-            (k * r, nz), generator=generator, dtype=dtype, device=generator.device if generator else device
-        )
-        u0 = torch.cat([u0, z0.to(device)], 1)
-    ys = candidates.repeat_interleave(r, 0)  # (N, B), problem n = candidate n // r, restart n % r
-    cost = COSTS[config.cost]
+    model: the public architecture; params: (p,) the point the gradient was taken at, or (2, p) the two
+    points of a gradient difference; target: (p,) the leaked vector; labels: (B,) when known, else
+    ``config.labels`` decides; data_range: the input box (used by ``init=rand`` and ``box=True``);
+    generator: the attack's random stream (initialisation only); basis: (d, r) orthonormal columns
+    spanning the inputs when the leak reveals their span (:func:`input_span`): the unknowns are then
+    each input's r coordinates, x = basis a (not with ``box``).
+    """
+    _check(model, params, target, batch_size)
+    if config.box and data_range is None:
+        raise bad("attack.box", True, "the data has no declared value range", "set box=false")
+    if config.box and basis is not None:
+        raise bad("attack.box", True, "a box cannot be kept inside the inputs' span", "set box=false")
+    params, target = params.detach(), target.detach().to(params.dtype)
+    candidates, soft = _label_candidates(model, params, target, num_classes, batch_size, labels, config)
+    per_input = math.prod(input_shape) if basis is None else basis.shape[1]
+    problem = _Problem(
+        candidates, candidates.repeat_interleave(config.restarts, 0), batch_size * per_input, soft
+    )
+    u0 = _initial(problem, num_classes, data_range, basis, config, generator, params)
+    objective, inputs = _objective(model, params, target, input_shape, num_classes, problem, basis, config)
+    project = _projection(problem.nx, data_range, config.box)
+    best_u, best_value, trace = _optimise(objective, project(u0), project, config)
+    winner = int(best_value.argmin())
+    u = best_u[winner]
+    y = u[problem.nx :].reshape(batch_size, num_classes).argmax(-1) if soft else problem.labels[winner]
+    return Inversion(
+        x=inputs(u),
+        y=y,
+        objective=float(best_value[winner]),
+        history=torch.tensor(trace, dtype=torch.float64),
+        objectives=best_value.reshape(len(candidates), config.restarts).cpu(),
+        candidates=candidates.cpu(),
+    )
+
+
+def _objective(
+    model: FunctionalModel,
+    params: torch.Tensor,
+    target: torch.Tensor,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    problem: _Problem,
+    basis: torch.Tensor | None,
+    config: InversionConfig,
+) -> tuple[Callable, Callable]:
+    """The stacked objective u (N, .) -> (gradient, value) and the map from one problem's u to its inputs."""
+    batch, nx, cost = problem.labels.shape[1], problem.nx, COSTS[config.cost]
+
+    def inputs(u: torch.Tensor) -> torch.Tensor:
+        x = u[:nx].reshape(batch, -1)
+        return (x if basis is None else x @ basis.T).reshape(batch, *input_shape)
 
     def one(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x = u[:nx].reshape(batch_size, *input_shape)
-        lab = u[nx:].reshape(batch_size, num_classes) if soft else y
+        x = inputs(u)
+        lab = u[nx:].reshape(batch, num_classes) if problem.soft else y
         return cost(dummy_gradient(model, params, x, lab), target) + config.tv * total_variation(x)
 
     batched = vmap(grad_and_value(one))
 
     def objective(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        g, v = batched(u, ys)
+        g, v = batched(u, problem.labels)
         return g.detach(), v.detach()
 
-    def project(u: torch.Tensor) -> torch.Tensor:
-        if not config.box:
-            return u
-        return torch.cat([u[:, :nx].clamp(low, high), u[:, nx:]], 1)
+    return objective, inputs
 
-    best_value = torch.full((k * r,), math.inf, dtype=dtype, device=device)
+
+def _projection(nx: int, data_range: tuple[float, float] | None, box: bool) -> Callable:
+    """Clamp the inputs (not the soft labels) to the data box after each step, when ``box``."""
+    if not box:
+        return lambda u: u
+    low, high = data_range
+    return lambda u: torch.cat([u[:, :nx].clamp(low, high), u[:, nx:]], 1)
+
+
+def _optimise(
+    objective: Callable, u0: torch.Tensor, project: Callable, config: InversionConfig
+) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """Run the configured optimiser on every problem at once; each problem's best point and value over
+    its iterates, and the best value over all problems at each iteration."""
+    best_value = torch.full((len(u0),), math.inf, dtype=u0.dtype, device=u0.device)
     best_u = u0.clone()
     trace: list[float] = []
 
@@ -223,7 +307,6 @@ def invert(
         if len(trace) % PROGRESS_EVERY == 0:  # as breaching prints its loss
             updates.debug("iteration %d of %d, best loss %.4g", len(trace), config.iterations, trace[-1])
 
-    u0 = project(u0)
     if config.optimiser == "adam":
         u = adam(
             objective, u0, config.iterations, config.lr, config.lr_decay, config.signed, project, on_step
@@ -231,14 +314,4 @@ def invert(
         on_step(u, objective(u)[1])
     else:
         lbfgs(objective, u0, config.iterations, config.lr, config.history, project, on_step)
-    winner = int(best_value.argmin())
-    x = best_u[winner, :nx].reshape(batch_size, *input_shape)
-    y = best_u[winner, nx:].reshape(batch_size, num_classes).argmax(-1) if soft else ys[winner]
-    return Inversion(
-        x=x,
-        y=y,
-        objective=float(best_value[winner]),
-        history=torch.tensor(trace, dtype=torch.float64),
-        objectives=best_value.reshape(k, r).cpu(),
-        candidates=candidates.cpu(),
-    )
+    return best_u, best_value, trace

@@ -13,7 +13,7 @@ def match(reconstructed: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     r = reconstructed.detach().flatten(1).double()
     t = truth.detach().flatten(1).double().to(r.device)
     cost = torch.cdist(t, r) ** 2 / r.shape[1]
-    from scipy.optimize import linear_sum_assignment  # 0.1 s of imports every run would pay otherwise
+    from scipy.optimize import linear_sum_assignment  # on first use: every run would pay its import
 
     rows, cols = linear_sum_assignment(cost.cpu().numpy())
     perm = torch.empty(len(rows), dtype=torch.long)

@@ -9,16 +9,17 @@ from matplotlib.figure import Figure
 
 from decpriv.attacks.inversion.matching import match
 from decpriv.metrics import images
-from decpriv.metrics.images import PSNR_CAP, psnr_text
+from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr_text
+from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
 from decpriv.truth import Truth
 
 
 @dataclass(frozen=True, eq=False)
 class Scored:
-    table: (
-        pd.DataFrame
-    )  # one row per true example: victim, example, labels, defined, l2_error (+ mse/psnr/ssim)
+    table: pd.DataFrame
+    # one row per true example: victim, example, labels, defined, l2_error; images add mse, psnr, ssim,
+    # the mean image's psnr and ssim, and whether the example counts as recovered
     true: list[torch.Tensor]  # per victim, the true batch
     reconstructed: list[torch.Tensor]  # per victim, the reconstructions matched to it, clamped to the box
 
@@ -59,6 +60,7 @@ def score_batches(
                 "mean_image_psnr": images.psnr(guess, x, data_range),
                 "mean_image_ssim": images.ssim(guess, x, data_range),
             }
+            scores["recovered"] = images.recovered(scores["psnr"], scores["mean_image_psnr"])
         for i in range(len(x)):
             rows.append(
                 {
@@ -68,28 +70,55 @@ def score_batches(
                     "label": int(yr[i]),
                     "label_correct": bool(yr[i] == y[i]),
                     "defined": bool(finite[i]),
-                    **{key: float(val[i]) for key, val in scores.items()},
+                    **{key: val[i].item() for key, val in scores.items()},
                     "objective": objective,
                 }
             )
         true_rows.append(x)
         rec_rows.append(xr.clamp(*data_range))
-    return Scored(pd.DataFrame(rows), true_rows, rec_rows)
+    table = pd.DataFrame(rows)
+    # what a reader looks for first (``decpriv show`` prints the leading columns): who, and whether
+    lead = [c for c in ("victim", "example", "recovered", "psnr", "mean_image_psnr") if c in table]
+    return Scored(table[lead + [c for c in table if c not in lead]], true_rows, rec_rows)
 
 
-def image_summary(table: pd.DataFrame) -> tuple[dict[str, float], str]:
-    """Mean PSNR, SSIM and the mean-image baseline's PSNR of scored image rows, and the verdict's words for
-    them. An exact recovery has infinite PSNR: each row is capped at ``PSNR_CAP`` so that a mean stays a number."""
+def image_summary(table: pd.DataFrame, prefix: str = "attack_") -> tuple[dict[str, float], str]:
+    """What the scored image rows (one per true image: ``victim``, ``psnr``, ``ssim``,
+    ``mean_image_psnr``, ``recovered``) say, and the verdict's words for it.
+
+    The count of recovered images leads (PSNR at least ``RECOVERY_MARGIN_DB`` above the mean image's):
+    a mean over victims hides a split (one exact recovery capped at ``PSNR_CAP`` and one failure average
+    to a number neither of them is), so the median stands beside the mean."""
+    k, m = int(table["recovered"].sum()), len(table)
+    per_victim = table.groupby("victim")["recovered"].all()
     summary = {
-        "attack_psnr": float(table["psnr"].mean()),
-        "attack_ssim": float(table["ssim"].mean()),
-        "attack_mean_image_psnr": float(table["mean_image_psnr"].mean()),
+        f"{prefix}recovered_fraction": k / m if m else float("nan"),
+        f"{prefix}recovered": k,
+        f"{prefix}images": m,
+        f"{prefix}victims_recovered": int(per_victim.sum()),
+        f"{prefix}victims": len(per_victim),
+        f"{prefix}psnr_median": float(table["psnr"].median()),
+        f"{prefix}psnr": float(table["psnr"].mean()),
+        f"{prefix}ssim_median": float(table["ssim"].median()),
+        f"{prefix}ssim": float(table["ssim"].mean()),
+        f"{prefix}mean_image_psnr": float(table["mean_image_psnr"].mean()),
     }
     words = (
-        f"mean PSNR {summary['attack_psnr']:.1f} dB, SSIM {summary['attack_ssim']:.2f} (the mean "
-        f"image, no attack: {summary['attack_mean_image_psnr']:.1f} dB)"
+        f"{k} of {m} image(s) recovered (PSNR at least {RECOVERY_MARGIN_DB:g} dB above the mean image's; "
+        f"every image of {summary[prefix + 'victims_recovered']} of {summary[prefix + 'victims']} victim(s)): "
+        f"PSNR median {summary[prefix + 'psnr_median']:.1f} dB, mean {summary[prefix + 'psnr']:.1f} dB "
+        f"(each capped at {PSNR_CAP:.0f}), SSIM median {summary[prefix + 'ssim_median']:.2f} (the mean "
+        f"image, no attack: {summary[prefix + 'mean_image_psnr']:.1f} dB)"
     )
     return summary, words
+
+
+RECOVERY_HEADLINE = (
+    Headline("attack_recovered_fraction", 0.0, "higher", "the mean image (no attack) recovers none"),
+    Headline("attack_psnr_median", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
+    Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
+)
+"""The headline of an image-inversion attack: the recovered fraction first, then the median and mean PSNR."""
 
 
 def reconstruction_grid(scored: Scored, data_range: tuple[float, float], label: str, title: str) -> Figure:

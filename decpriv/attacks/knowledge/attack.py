@@ -18,7 +18,8 @@ from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad
-from decpriv.metrics.images import PSNR_CAP, psnr, ssim
+from decpriv.metrics import images
+from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr, ssim
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
@@ -53,6 +54,7 @@ class KnowledgeMatrix(Attack):
             "higher",
             "the honest nodes the attackers neighbour",
         ),
+        Headline("success_rate", 0.0, "higher", "the mean image (no attack) recovers none"),
         Headline("median_psnr", "median_mean_image_psnr", "higher", "the mean image (no attack)"),
     )
 
@@ -292,12 +294,14 @@ class KnowledgeMatrix(Attack):
             f"{summary['unknowns']} unknowns after {summary['knowledge_steps']} step(s): {found}"
         )
         if "median_psnr" in summary:
-            text += (
-                f"; median PSNR {summary['median_psnr']:.1f} dB (the mean image, no attack: "
-                f"{summary['median_mean_image_psnr']:.1f} dB), {summary['success_rate']:.0%} above it; "
+            text = (
+                f"{summary['recovered_images']} of {summary['honest_images']} honest input(s) recovered "
+                f"(determined, and PSNR at least {RECOVERY_MARGIN_DB:g} dB above the mean image's); median "
+                f"PSNR {summary['median_psnr']:.1f} dB, mean {summary['mean_psnr']:.1f} dB (each capped at "
+                f"{PSNR_CAP:.0f}; the mean image, no attack: {summary['median_mean_image_psnr']:.1f} dB); "
                 f"the paper's PSNR >= {summary['success_psnr']:g} dB on standardised images (the authors' "
                 f"scale): {summary['fraction_standardised_psnr_success']:.0%} (the mean image "
-                f"{summary['mean_image_standardised_psnr_success']:.0%})"
+                f"{summary['mean_image_standardised_psnr_success']:.0%}). {text}"
             )
         return text + "."
 
@@ -426,8 +430,8 @@ def image_scores(
     true: torch.Tensor,
     threshold: float,
 ) -> dict:
-    """Per target PSNR, SSIM, the mean image's PSNR and ``success`` (determined AND above the mean
-    image); summary medians, success fractions (ours and the paper's PSNR >= ``threshold``, on pixels
+    """Per target PSNR, SSIM, the mean image's PSNR and ``success`` (determined AND at least
+    RECOVERY_MARGIN_DB above the mean image); summary medians, success fractions (ours and the paper's PSNR >= ``threshold``, on pixels
     and on standardised images as the authors score) each beside what the mean image scores. Returns
     the reconstruction figure."""
     spec, k = view.data_spec, findings.knowledge
@@ -441,7 +445,7 @@ def image_scores(
     base = psnr(prior, truth_imgs, spec.data_range)
     scale = held_out.transpose(0, 1).flatten(1).std(1)
     z, z_base = standardised_psnr(imgs, truth_imgs, scale), standardised_psnr(prior, truth_imgs, scale)
-    success = torch.as_tensor(k.reconstructible) & (p > base)
+    success = torch.as_tensor(k.reconstructible) & images.recovered(p, base)
     columns = {"psnr": p, "ssim": s, "mean_image_psnr": base, "psnr_standardised": z.clamp(max=PSNR_CAP)}
     columns.update(mean_image_psnr_standardised=z_base, success=success)
     for column, value in columns.items():
@@ -452,6 +456,9 @@ def image_scores(
         {
             # exact recoveries have infinite PSNR: a median, not a mean, summarises them
             "median_psnr": float(p[honest].median()),
+            "mean_psnr": float(p[honest].mean()),
+            "recovered_images": int(success[honest].sum()),
+            "honest_images": int(honest.sum()),
             "mean_ssim": float(s[honest].mean()),
             "success_rate": float(success[honest].double().mean()),
             "fraction_above_mean_image": float((p[honest] > base[honest]).double().mean()),

@@ -22,6 +22,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad
+from decpriv.metrics.images import PSNR_CAP
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
@@ -72,7 +73,10 @@ class ActiveInversion(Attack):
     """Override each coverable neighbour with trap weights, then read its inputs off its next update."""
 
     name = "active_inversion"
-    headline = (Headline("active_inversion_mean_samples_recovered", 0.0, "higher", "a passive neighbour"),)
+    headline = (
+        Headline("active_inversion_recovered_fraction", 0.0, "higher", "a passive neighbour"),
+        Headline("active_inversion_mean_samples_recovered", 0.0, "higher", "a passive neighbour"),
+    )
     active = True  # forges messages (behaviour)
 
     def __init__(self, round: int | None = None, victim: int | None = None, min_bias_gradient: float = 1e-8):
@@ -151,41 +155,55 @@ class ActiveInversion(Attack):
         return Extracted(f.victims, images)
 
     def evaluate(self, findings: Extracted, truth: Truth, view: View) -> Findings:
+        batch = int(view.hyper["batch_size"])
+        low, high = view.data_spec.data_range or (0.0, 1.0)
+        prior = truth.dataset.x_test.double().mean(0).flatten()
         rows, shown = [], []
         for v, rec in zip(findings.victims.tolist(), findings.images, strict=True):
             own = truth.local.x[v][truth.local.mask[v]].double()
-            if len(rec) == 0:
-                continue
-            dist = torch.cdist(rec.double().flatten(1), own.flatten(1)) ** 2 / own[0].numel()
-            best, where = dist.min(1)
-            exact = best < 1e-8
-            rows.append(
-                {
-                    "victim": v,
-                    "units_hit": len(rec),
+            # no attack: the mean image as the guess for each of the victim's samples
+            baseline = 10 * torch.log10((high - low) ** 2 / ((own.flatten(1) - prior) ** 2).mean(1))
+            row = {"victim": v, "units_hit": len(rec), "exact_units": 0, "distinct_samples_recovered": 0}
+            row |= {
+                "batch_size": batch,
+                "psnr_median": float("nan"),
+                "mean_image_psnr": float(baseline.median()),
+            }
+            if len(rec):
+                dist = torch.cdist(rec.double().flatten(1), own.flatten(1)) ** 2 / own[0].numel()
+                best, where = dist.min(1)
+                exact = best < 1e-8  # an exact copy: PSNR >= 80 dB, far above the mean image's + 3 dB
+                psnr = (10 * torch.log10((high - low) ** 2 / best)).clamp(max=PSNR_CAP)
+                row |= {
                     "exact_units": int(exact.sum()),
                     "distinct_samples_recovered": int(where[exact].unique().numel()),
+                    "psnr_median": float(psnr.median()),
                 }
-            )
-            if not shown and exact.any():
-                picks = where[exact].unique()[:8]
-                first = torch.stack([rec[exact][where[exact] == i][0] for i in picks])
-                shown = [("extracted", first.clamp(0, 1).numpy()), ("true", own[picks].numpy())]
-        table = pd.DataFrame(
-            rows, columns=["victim", "units_hit", "exact_units", "distinct_samples_recovered"]
-        )
+                if not shown and exact.any():
+                    picks = where[exact].unique()[:8]
+                    first = torch.stack([rec[exact][where[exact] == i][0] for i in picks])
+                    shown = [("extracted", first.clamp(0, 1).numpy()), ("true", own[picks].numpy())]
+            rows.append(row)
+        table = pd.DataFrame(rows)
+        recovered, images = int(table.distinct_samples_recovered.sum()), batch * len(table)
         summary = {
             "active_inversion_victims": len(findings.victims),
+            "active_inversion_recovered_fraction": recovered / images if images else float("nan"),
+            "active_inversion_recovered": recovered,
+            "active_inversion_images": images,
             "active_inversion_mean_samples_recovered": float(table.distinct_samples_recovered.mean())
             if len(table)
             else 0.0,
-            "active_inversion_batch_size": int(view.hyper["batch_size"]),
+            "active_inversion_median_samples_recovered": float(table.distinct_samples_recovered.median())
+            if len(table)
+            else 0.0,
+            "active_inversion_batch_size": batch,
         }
         summary["verdict"] = (
-            f"active inversion: {summary['active_inversion_mean_samples_recovered']:.1f} distinct training "
-            f"sample(s) per victim read exactly off trap-weight gradients (batch size "
-            f"{summary['active_inversion_batch_size']}: at most that many per step), {len(findings.victims)} "
-            "victim(s)."
+            f"active inversion: {recovered} of {images} batch sample(s) recovered exactly ({len(table)} "
+            f"victim(s) x batch {batch}; median {summary['active_inversion_median_samples_recovered']:g}, "
+            f"mean {summary['active_inversion_mean_samples_recovered']:.1f} per victim), read off "
+            "trap-weight gradients."
         )
         figures = {}
         if shown:

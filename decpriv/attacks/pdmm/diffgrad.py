@@ -12,7 +12,10 @@ random-normal restarts, the best objective kept. ``labels=auto`` enumerates whil
 in ``max_label_candidates`` and otherwise learns soft labels jointly (DLG), as large local sets need.
 With n_i = 1 and a fully connected first layer (logistic, softmax, MLP) the difference's first weight
 block is its bias block times x^T, so x follows in closed form (``analytic``:
-:func:`decpriv.attacks.inversion.analytic.analytic_inputs`).
+:func:`decpriv.attacks.inversion.analytic.analytic_inputs`). With n_i = B > 1 that block is
+sum_k c_k x_k^T, whose row space is the span of the B inputs: ``span`` (default) reads it off the leaked
+difference (:func:`~decpriv.attacks.inversion.analytic.input_span`) and optimises each input's B
+coordinates in it instead of its d pixels, which is what lets L-BFGS converge (docs/pdmm.md, E2).
 Reconstructions are matched to the true batch optimally before scoring.
 """
 
@@ -26,9 +29,14 @@ from torch.func import grad, vmap
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
-from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input
+from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input, input_span
 from decpriv.attacks.inversion.labels import label_multisets
-from decpriv.attacks.inversion.scoring import image_summary, reconstruction_grid, score_batches
+from decpriv.attacks.inversion.scoring import (
+    RECOVERY_HEADLINE,
+    image_summary,
+    reconstruction_grid,
+    score_batches,
+)
 from decpriv.attacks.pdmm.leak import (
     Assumed,
     check_assumptions,
@@ -77,10 +85,7 @@ class DiffGradPlan:
 
 class DiffGrad(Attack):
     name = "diffgrad"
-    headline = (
-        Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
-        Headline("attack_l2_error", None, "lower"),
-    )
+    headline = (*RECOVERY_HEADLINE, Headline("attack_l2_error", None, "lower"))
 
     def __init__(
         self,
@@ -89,6 +94,7 @@ class DiffGrad(Attack):
         t_max: int | None = None,
         batch_size: int | None = None,
         analytic: bool = True,
+        span: bool = True,
         iterations: int = 30,
         restarts: int = 20,
         lr: float = 1.0,
@@ -116,7 +122,7 @@ class DiffGrad(Attack):
         self.victims, self.round, self.t_max, self.batch_size = victims, round, t_max, batch_size
         self.analytic, self.form, self.update, self.labels = analytic, form, update, labels
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
-        self.oracle = oracle
+        self.oracle, self.span = oracle, span
         self.config = InversionConfig(
             cost="l2",
             optimiser="lbfgs",
@@ -197,8 +203,10 @@ class DiffGrad(Attack):
                 victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic", settling
             )
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
+        dense = first_layer_on_input(view.model, int(np.prod(spec.input_shape)))
         xs, ys, objectives = [], [], []
         for v in range(len(victims)):  # one problem per victim; labels and restarts are batched inside
+            basis = input_span(view.model, target[v], batch) if self.span and dense else None
             inv = invert(
                 view.model,
                 torch.stack([start[v], end[v]]),
@@ -210,11 +218,13 @@ class DiffGrad(Attack):
                 spec.data_range,
                 view.plan.config,
                 generator,
+                basis=basis,
             )
             xs.append(inv.x.detach().cpu())
             ys.append(inv.y.cpu())
             objectives.append(inv.objective)
-        return Reconstruction(victims, xs, ys, objectives, t_max, "lbfgs", settling)
+        method = "lbfgs in the inputs' span" if self.span and dense else "lbfgs"
+        return Reconstruction(victims, xs, ys, objectives, t_max, method, settling)
 
     def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Findings:
         spec = view.data_spec
@@ -238,7 +248,11 @@ class DiffGrad(Attack):
         if findings.method != "analytic":
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
         figures = {}
-        how = "closed form" if findings.method == "analytic" else f"L-BFGS, labels {view.plan.config.labels}"
+        how = (
+            "closed form"
+            if findings.method == "analytic"
+            else f"{findings.method}, labels {view.plan.config.labels}"
+        )
         if self.oracle:
             how += "; ORACLE: target from the true data, not the messages"
         recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
@@ -264,7 +278,7 @@ class DiffGrad(Attack):
                 f"not settled by t_max={findings.t_max}, so the points anchored at the corrupt node's model are off."
             )
         summary["verdict"] = (
-            f"diffgrad ({how}) inverted the gradient differences D^{self.round} leaked by the Delta z of "
-            f"{len(findings.victims)} honest node(s) with {len(table)} sample(s): {recovered}; {labels}.{anchor}"
+            f"diffgrad: {recovered}; {labels} ({how}, on the gradient differences D^{self.round} leaked by the "
+            f"Delta z of {len(findings.victims)} honest node(s) with {len(table)} sample(s)).{anchor}"
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)

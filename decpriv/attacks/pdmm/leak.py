@@ -72,6 +72,147 @@ def walked(network: Network, nodes: np.ndarray, form: str) -> np.ndarray:
     return np.union1d(nodes, directed[np.isin(directed, nodes).any(axis=1)].ravel())
 
 
+@dataclass(eq=False)
+class _Edges:
+    """Where the recorded columns go: the links out of the walked nodes (model steps) and into ``nodes``
+    (the Q sums), with B_{i|j} per column; the node sums are ``index_add`` over these, no Python loop."""
+
+    b: torch.Tensor  # (1, L, 1) B_{sender|receiver} = +1 if sender < receiver else -1
+    rev: torch.Tensor  # (L,) the column of each link's reverse (0 where not recorded)
+    out_walk: torch.Tensor  # columns sent by a walked node whose reverse is recorded
+    walk_send: torch.Tensor  # their sender's position among the walked nodes
+    into_node: torch.Tensor  # columns received by one of ``nodes``
+    node_recv: torch.Tensor  # their receiver's position among ``nodes``
+    into_walk_src: torch.Tensor  # their sender's position among the walked nodes
+    degree_walk: torch.Tensor  # (1, walked, 1) degrees of the walked nodes
+    at_walk: np.ndarray  # (n,) position of each node among the walked ones, -1 if not walked
+    m: int  # len(nodes)
+    p: int  # parameters
+
+    def node_steps(self, z: torch.Tensor, rho: float, theta: float) -> torch.Tensor:
+        """(T, walked, p) model steps read off consecutive z (Delta z, or z itself for plain PDMM)."""
+        o = self.out_walk
+        edge = self.b[:, o] * (z[1:, o] - (1 - theta) * z[:-1, o] - theta * z[:-1, self.rev[o]])
+        total = torch.zeros(z.shape[0] - 1, len(self.degree_walk[0]), self.p, dtype=z.dtype).index_add_(
+            1, self.walk_send, edge / (2 * rho * theta)
+        )
+        return total / self.degree_walk
+
+    def into(self, values: torch.Tensor) -> torch.Tensor:
+        """sum over the links j -> i of ``nodes``: (R, m, p) from per-column (R, L, p) values."""
+        return torch.zeros(values.shape[0], self.m, self.p, dtype=values.dtype).index_add_(
+            1, self.node_recv, values[:, self.into_node]
+        )
+
+
+def _edges(view: View, nodes: np.ndarray, walk: np.ndarray, dtype: torch.dtype) -> _Edges:
+    net, tr = view.network, view.transcript
+    reverse = tr.columns(tr.receivers, tr.senders)
+    at_walk = np.full(net.n, -1)
+    at_walk[walk] = np.arange(len(walk))
+    at_node = np.full(net.n, -1)
+    at_node[nodes] = np.arange(len(nodes))
+    out_walk = np.flatnonzero((at_walk[tr.senders] >= 0) & (reverse >= 0))
+    into_node = np.flatnonzero(at_node[tr.receivers] >= 0)
+    return _Edges(
+        b=torch.where(torch.as_tensor(tr.senders < tr.receivers), 1.0, -1.0).to(dtype)[None, :, None],
+        rev=torch.as_tensor(np.maximum(reverse, 0)),
+        out_walk=torch.as_tensor(out_walk),
+        walk_send=torch.as_tensor(at_walk[tr.senders[out_walk]]),
+        into_node=torch.as_tensor(into_node),
+        node_recv=torch.as_tensor(at_node[tr.receivers[into_node]]),
+        into_walk_src=torch.as_tensor(at_walk[tr.senders[into_node]]),
+        degree_walk=torch.as_tensor(net.degrees[walk], dtype=dtype)[None, :, None],
+        at_walk=at_walk,
+        m=len(nodes),
+        p=tr.values.shape[2],
+    )
+
+
+def _check_recorded(view: View, nodes: np.ndarray, form: str) -> None:
+    needed = links(view.network, nodes, form)
+    absent = view.transcript.columns(needed[:, 0], needed[:, 1]) < 0
+    if absent.any():
+        raise bad(
+            "adversary",
+            f"{int(absent.sum())} unrecorded link(s), e.g. {needed[absent][0].tolist()}",
+            f"the leakage of nodes {nodes[:5].tolist()} needs the Delta z on all their links",
+            "set adversary.eavesdropper=true",
+        )
+
+
+def _anchored(
+    view: View, steps_walk: torch.Tensor, t_max: int, walk: np.ndarray, at_walk: np.ndarray
+) -> torch.Tensor:
+    """(T, walked, p) w^t, t = 1..T: the corrupt nodes' model at t_max minus the later steps
+    (Theorem 1.2); the corrupt nodes' own trajectories are their own models."""
+    own = view.public["own_models"].to(steps_walk.dtype)
+    anchor = own[t_max].mean(0)
+    after = torch.flip(torch.cumsum(torch.flip(steps_walk, [0]), 0), [0])  # sum_{tau >= t} s^tau
+    trajectory = torch.cat([anchor - after, anchor.expand(1, len(walk), steps_walk.shape[2])])
+    corrupt = np.flatnonzero(np.isin(view.attackers, walk))
+    trajectory[:, torch.as_tensor(at_walk[view.attackers[corrupt]])] = own[1 : t_max + 1][:, corrupt]
+    return trajectory
+
+
+def _theorem_difference(
+    w: torch.Tensor,
+    w_walk: torch.Tensor,
+    e: _Edges,
+    rd: torch.Tensor,
+    rho: float,
+    update: str,
+    alpha: float,
+    mu: float,
+) -> torch.Tensor:
+    """D^t from the anchored trajectory (``w[k]`` = w^{k+1}), Eq. 2.13 / 4.4, 4.3 or 4.22."""
+    T = len(w)
+    K = T - 2 if update == "exact" else T - 3
+    lag = 1 if update == "exact" else 2  # the neighbours' models enter at t+1 (exact) or t+2
+    neighbours = torch.zeros(K, e.m, e.p, dtype=w.dtype).index_add_(
+        1, e.node_recv, w_walk[lag : K + lag][:, e.into_walk_src]
+    )
+    if update == "exact":
+        return rd * (w[:K] + w[2 : K + 2]) - 2 * rho * neighbours
+    if update == "k1":
+        return (
+            (rd - 1 / alpha) * (w[2 : K + 2] - w[:K])
+            + w[3 : K + 3] / alpha
+            + (2 * rd - 1 / alpha) * w[1 : K + 1]
+            - 2 * rho * neighbours
+        )
+    return (
+        (rd - mu) * w[1 : K + 1]
+        + (mu + rd) * w[3 : K + 3]
+        + mu * (w[:K] - w[2 : K + 2])
+        - 2 * rho * neighbours
+    )
+
+
+def _messages_difference(
+    steps: torch.Tensor, Q: torch.Tensor, rd: torch.Tensor, update: str, alpha: float, mu: float
+) -> torch.Tensor:
+    """D^t from the Delta z and the steps directly (no anchor in the value)."""
+    T = len(Q)
+    if update == "exact":
+        K = T - 2
+        return Q[:K] + Q[1 : K + 1] + rd * (steps[:K] + steps[1 : K + 1])
+    K = T - 3
+    if update == "k1":
+        return (
+            (steps[2 : K + 2] - steps[:K]) / alpha
+            + Q[1 : K + 1]
+            + Q[2 : K + 2]
+            + rd * (steps[:K] + steps[1 : K + 1])
+        )
+    return (
+        (mu + rd) * (steps[1 : K + 1] + steps[2 : K + 2])
+        - mu * (steps[:K] + steps[1 : K + 1])
+        + Q[1 : K + 1]
+        + Q[2 : K + 2]
+    )
+
+
 def extract(
     view: View,
     t_max: int,
@@ -85,111 +226,24 @@ def extract(
 ) -> Leak:
     """Leakage of ``nodes`` (every node when None) from the Delta z recorded in rounds 1..t_max, with the
     adversary's assumed hyperparameters; the transcript must hold :func:`links` of those nodes."""
-    net, tr = view.network, view.transcript
-    n = net.n
-    nodes = np.arange(n) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    net = view.network
+    nodes = np.arange(net.n) if nodes is None else np.asarray(nodes, dtype=np.int64)
     walk = walked(net, nodes, form)
-    needed = links(net, nodes, form)
-    absent = tr.columns(needed[:, 0], needed[:, 1]) < 0
-    if absent.any():
-        raise bad(
-            "adversary",
-            f"{int(absent.sum())} unrecorded link(s), e.g. {needed[absent][0].tolist()}",
-            f"the leakage of nodes {nodes[:5].tolist()} needs the Delta z on all their links",
-            "set adversary.eavesdropper=true",
-        )
-    send = torch.as_tensor(tr.senders)
-    recv = torch.as_tensor(tr.receivers)
-    reverse = tr.columns(tr.receivers, tr.senders)
-    has_rev = reverse >= 0
-    rev = torch.as_tensor(np.maximum(reverse, 0))
-    dz = tr.values[:t_max].to(torch.float64)
-    b = torch.where(send < recv, 1.0, -1.0).to(dz.dtype)[None, :, None]
-    T, p, m = dz.shape[0], dz.shape[2], len(nodes)
-    # node axis of the walked nodes (trajectories) and of ``nodes`` (differences); -1: not computed
-    at_walk = np.full(n, -1)
-    at_walk[walk] = np.arange(len(walk))
-    at_node = np.full(n, -1)
-    at_node[nodes] = np.arange(m)
-    out_walk = torch.as_tensor(np.flatnonzero((at_walk[tr.senders] >= 0) & has_rev))
-    into_node = torch.as_tensor(np.flatnonzero(at_node[tr.receivers] >= 0))
-    into_walk_src = torch.as_tensor(at_walk[tr.senders[into_node.numpy()]])
-    walk_send = torch.as_tensor(at_walk[tr.senders[out_walk.numpy()]])
-    node_recv = torch.as_tensor(at_node[tr.receivers[into_node.numpy()]])
-    degree_walk = torch.as_tensor(net.degrees[walk], dtype=dz.dtype)[None, :, None]
+    _check_recorded(view, nodes, form)
+    dz = view.transcript.values[:t_max].to(torch.float64)
+    e = _edges(view, nodes, walk, dz.dtype)
     rd = (rho * torch.as_tensor(net.degrees[nodes], dtype=dz.dtype))[None, :, None]
-
-    def node_steps(z: torch.Tensor) -> torch.Tensor:
-        """(T, walked, p) model steps read off consecutive z (Delta z, or z itself for plain PDMM)."""
-        edge = b[:, out_walk] * (
-            z[1:, out_walk] - (1 - theta) * z[:-1, out_walk] - theta * z[:-1, rev[out_walk]]
-        )
-        total = torch.zeros(z.shape[0] - 1, len(walk), p, dtype=dz.dtype).index_add_(
-            1, walk_send, edge / (2 * rho * theta)
-        )
-        return total / degree_walk
-
-    def into(values: torch.Tensor) -> torch.Tensor:
-        """sum over the links j -> i of ``nodes``: (R, m, p) from per-column (R, L, p) values."""
-        return torch.zeros(values.shape[0], m, p, dtype=dz.dtype).index_add_(
-            1, node_recv, values[:, into_node]
-        )
-
-    steps_walk = node_steps(dz)
-    own = view.public["own_models"].to(dz.dtype)
-    anchor = own[t_max].mean(0)
-    after = torch.flip(torch.cumsum(torch.flip(steps_walk, [0]), 0), [0])  # sum_{tau >= t} s^tau
-    trajectory_walk = torch.cat([anchor - after, anchor.expand(1, len(walk), p)])
-    corrupt = np.flatnonzero(np.isin(view.attackers, walk))
-    trajectory_walk[:, torch.as_tensor(at_walk[view.attackers[corrupt]])] = own[1 : t_max + 1][:, corrupt]
-    mine = torch.as_tensor(at_walk[nodes])
+    steps_walk = e.node_steps(dz, rho, theta)
+    trajectory_walk = _anchored(view, steps_walk, t_max, walk, e.at_walk)
+    mine = torch.as_tensor(e.at_walk[nodes])
     steps, trajectory = steps_walk[:, mine], trajectory_walk[:, mine]
-    Q = into(-b * dz)
     if form == "theorem":
-        w = trajectory  # w[k] = w^{k+1}
-        K = T - 2 if update == "exact" else T - 3
-        lag = 1 if update == "exact" else 2  # the neighbours' models enter at t+1 (exact) or t+2
-        neighbours = torch.zeros(K, m, p, dtype=dz.dtype).index_add_(
-            1, node_recv, trajectory_walk[lag : K + lag][:, into_walk_src]
-        )
-        if update == "exact":
-            difference = rd * (w[:K] + w[2 : K + 2]) - 2 * rho * neighbours
-        elif update == "k1":
-            difference = (
-                (rd - 1 / alpha) * (w[2 : K + 2] - w[:K])
-                + w[3 : K + 3] / alpha
-                + (2 * rd - 1 / alpha) * w[1 : K + 1]
-                - 2 * rho * neighbours
-            )
-        else:
-            difference = (
-                (rd - mu) * w[1 : K + 1]
-                + (mu + rd) * w[3 : K + 3]
-                + mu * (w[:K] - w[2 : K + 2])
-                - 2 * rho * neighbours
-            )
-    elif update == "exact":
-        K = T - 2
-        difference = Q[:K] + Q[1 : K + 1] + rd * (steps[:K] + steps[1 : K + 1])
-    elif update == "k1":
-        K = T - 3
-        difference = (
-            (steps[2 : K + 2] - steps[:K]) / alpha
-            + Q[1 : K + 1]
-            + Q[2 : K + 2]
-            + rd * (steps[:K] + steps[1 : K + 1])
-        )
+        difference = _theorem_difference(trajectory, trajectory_walk, e, rd, rho, update, alpha, mu)
     else:
-        K = T - 3
-        difference = (
-            (mu + rd) * (steps[1 : K + 1] + steps[2 : K + 2])
-            - mu * (steps[:K] + steps[1 : K + 1])
-            + Q[1 : K + 1]
-            + Q[2 : K + 2]
-        )
+        difference = _messages_difference(steps, e.into(-e.b * dz), rd, update, alpha, mu)
+    K = len(difference)
     z = torch.cat([torch.zeros_like(dz[:1]), torch.cumsum(dz, 0)])  # z^t if z^0 were 0, t = 0..T
-    plain_models = node_steps(z)[:, mine]
-    plain = -into(-b * z[:-1]) - rd * plain_models
+    plain_models = e.node_steps(z, rho, theta)[:, mine]
     return Leak(
         nodes=nodes,
         rounds=np.arange(1, K + 1),
@@ -199,7 +253,7 @@ def extract(
         end=trajectory[2 : K + 2],
         difference=difference,
         plain_models=plain_models,
-        plain_gradient=plain,
+        plain_gradient=-e.into(-e.b * z[:-1]) - rd * plain_models,
     )
 
 
