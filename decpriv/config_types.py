@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, ListConfig
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 
 def _number(x: float) -> str:
@@ -154,15 +154,15 @@ def refusal(key: str, annotation: Any, value: Any, strict: bool = True) -> Confi
         if broken is None:
             return None
     if broken is not None:
-        return bad(key, value, broken.why(), broken.fix(key) + (" or null" if nullable else ""))
+        return bad_value(key, value, broken.why(), broken.fix(key) + (" or null" if nullable else ""))
     choices = [a for b in _branches(annotation) for a in typing.get_args(_unwrap(b)[0]) if _is_literal(b)]
     if choices and (strict or any(type(value) is type(c) for c in choices)):
         switch = ["true", "false"] if any(_unwrap(b)[0] is bool for b in _branches(annotation)) else []
         named = ", ".join([*switch, *map(str, choices)])
-        return bad(key, value, "not one of its choices", f"use one of {named}")
+        return bad_value(key, value, "not one of its choices", f"use one of {named}")
     if not strict:
         return None
-    return bad(key, value, f"expected {describe(annotation)}", "give a value of that type")
+    return bad_value(key, value, f"expected {describe(annotation)}", "give a value of that type")
 
 
 def _is_literal(branch: Any) -> bool:

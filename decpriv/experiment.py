@@ -27,7 +27,7 @@ from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.errors import ConfigError, Diverged, bad
+from decpriv.errors import ConfigError, Diverged, bad_value
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
 from decpriv.report import progress
@@ -42,7 +42,7 @@ from decpriv.validation import PLUGIN_GROUPS, validate
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise bad("device", name, "no CUDA GPU is visible", "use device=auto or device=cpu")
+        raise bad_value("device", name, "no CUDA GPU is visible", "use device=auto or device=cpu")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -82,7 +82,7 @@ def build(cfg: DictConfig) -> Setup:
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
     dataset = build_plugin(cfg.data, seeds=seeds)
     if len(dataset.y_train) < network.n:
-        raise bad(
+        raise bad_value(
             "topology.n",
             network.n,
             f"the data's training split has {len(dataset.y_train)} samples, fewer than the nodes, so some "
@@ -174,14 +174,14 @@ def attack_context(setup: Setup) -> AttackContext:
 def _prepare_attack(setup: Setup) -> Any:
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
     if attack.needs_adversary and not adversary.present:
-        raise bad(
+        raise bad_value(
             "adversary.count",
             0,
             f"attack={attack.name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
     if attack.active and defense.own_aggregation:
-        raise bad(
+        raise bad_value(
             "defense",
             defense.name,
             f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
@@ -189,7 +189,7 @@ def _prepare_attack(setup: Setup) -> Any:
             "drop the defense or use a passive attack",
         )
     if attack.active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
-        raise bad(
+        raise bad_value(
             "defense",
             defense.name,
             f"attack={attack.name} must cancel the victim's neighbours' individual updates, which secure "

@@ -16,7 +16,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.config_types import declared, refusal
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 PLUGIN_GROUPS = (
     "topology",
@@ -53,7 +53,7 @@ def check_plugin(group: str, node: DictConfig) -> None:
     try:
         obj = get_object(target)
     except Exception:
-        raise bad(f"{group}._target_", target, "cannot be imported", "check the module path") from None
+        raise bad_value(f"{group}._target_", target, "cannot be imported", "check the module path") from None
     params = inspect.signature(obj).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     hints = declared(obj.__init__ if inspect.isclass(obj) else obj)
@@ -64,7 +64,7 @@ def check_plugin(group: str, node: DictConfig) -> None:
             if takes_kwargs:
                 continue
             known = ", ".join(k for k in params if k not in INJECTED and k != "self")
-            raise bad(
+            raise bad_value(
                 f"{group}.{key}", node[key], f"{obj.__name__} has no such parameter", f"known keys: {known}"
             )
         value = OmegaConf.to_object(node[key]) if OmegaConf.is_config(node[key]) else node[key]
@@ -116,7 +116,7 @@ def check_choices(cfg: DictConfig, choices: dict[str, Any]) -> None:
         chosen = OmegaConf.load(option).get("_target_")
         if chosen is not None and chosen != node.get("_target_"):
             preset = f"experiment={choices['experiment']}" if choices.get("experiment") else "the config"
-            raise bad(
+            raise bad_value(
                 group,
                 choice,
                 f"{preset} builds its own {group} ({node.get('_target_')}), so this choice would be "
@@ -136,7 +136,7 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
         unread = getattr(get_object(node._target_), "unread", None)
         for key, why in (unread(node) if unread else {}).items():
             if f"{group}.{key}" in given:
-                raise bad(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
+                raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
@@ -148,25 +148,29 @@ def validate(cfg: DictConfig) -> None:
     if unknown:
         near = difflib.get_close_matches(unknown[0], sorted(top_level_keys()), n=1)
         hint = f"did you mean {near[0]}?" if near else "`decpriv run --cfg job` shows the keys"
-        raise bad(unknown[0], cfg[unknown[0]], "no part of decpriv reads this key", f"remove it ({hint})")
+        raise bad_value(
+            unknown[0], cfg[unknown[0]], "no part of decpriv reads this key", f"remove it ({hint})"
+        )
     found = _unfit(OmegaConf.to_container(cfg, resolve=True), "")
     if found:
-        raise bad(found[0], found[1], found[2], "give a smaller, finite number")
+        raise bad_value(found[0], found[1], found[2], "give a smaller, finite number")
     name = cfg.get("name")
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
-        raise bad(
+        raise bad_value(
             "name",
             name,
             "the name becomes part of the run folder's name and may not contain '/', '..' or spaces",
             "use letters, digits, '-', '_' and '.'",
         )
     if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
-        raise bad("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
+        raise bad_value("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
     for flag in ("plots", "debug"):
         if not isinstance(cfg.get(flag), bool):
-            raise bad(flag, cfg.get(flag), f"{flag} is true or false", f"use {flag}=true or {flag}=false")
+            raise bad_value(
+                flag, cfg.get(flag), f"{flag} is true or false", f"use {flag}=true or {flag}=false"
+            )
     if cfg.get("device") not in DEVICES:
-        raise bad("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
+        raise bad_value("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
     claim = cfg.get("claim")
     if claim is not None:  # read by `decpriv report`; its shape is checked now, its columns then
         from decpriv.report.claims import parse_claim

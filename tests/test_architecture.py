@@ -82,6 +82,12 @@ def test_no_import_circles():
     assert circles(graph) == []
 
 
+def test_no_function_over_80_lines():
+    """The style's limit: a longer function is split along the steps it narrates."""
+    assert long_functions(limit=60)  # the walk sees the package's functions (some run past 60 lines)
+    assert long_functions(limit=80) == []
+
+
 GROUND_TRUTH = {"truth", "Truth", "setup", "Setup", "cfg"}
 BEFORE_SCORING = ("prepare", "behaviour", "run")  # what an attack computes before it is scored
 

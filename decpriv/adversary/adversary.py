@@ -7,7 +7,7 @@ import networkx as nx
 import numpy as np
 
 from decpriv.config_types import checked
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 from decpriv.graphs.network import Network
 from decpriv.rng import Seeds
 
@@ -81,7 +81,7 @@ def rewire_sybils(network: Network, victim: int, nodes: list[int] | None) -> tup
         if shared and nx.is_connected(rewired):
             named = nx.relabel_nodes(rewired, dict(enumerate(network.names)))
             return SybilPair(victim, a, b, False, True), named
-    raise bad(
+    raise bad_value(
         "adversary.sybils",
         victim,
         "no Sybil pair (a neighbour a of the victim with another neighbour, and a b whose edges can move "
@@ -94,13 +94,15 @@ def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> Sybi
     """The first pair (a, b) of the graph (or ``nodes``, in either order) realising the Sybil condition."""
     n = network.n
     if isinstance(victim, bool) or not isinstance(victim, int) or not 0 <= victim < n:
-        raise bad("adversary.sybils", victim, "the victim must be a node index", f"use 0..{n - 1} or null")
+        raise bad_value(
+            "adversary.sybils", victim, "the victim must be a node index", f"use 0..{n - 1} or null"
+        )
     hood = network.adjacency.toarray() > 0
     hood[np.arange(n), np.arange(n)] = True
     if nodes:
         pair = sorted({int(u) for u in nodes})
         if len(pair) != 2 or victim in pair:
-            raise bad(
+            raise bad_value(
                 "adversary.nodes",
                 list(nodes),
                 "Sybils are two corrupt nodes other than the victim",
@@ -123,7 +125,7 @@ def place_sybils(network: Network, victim: int, nodes: list[int] | None) -> Sybi
     if (network.degrees == n - 1).all():
         others = np.array(sorted(nodes)) if nodes else np.setdiff1d(np.arange(n), [victim])[:2]
         return SybilPair(victim, int(others[0]), int(others[1]), True)
-    raise bad(
+    raise bad_value(
         "adversary.sybils",
         victim,
         "no two nodes a, b of this graph have N(b) = N(a) minus the victim, so no pair of Sybils' "
@@ -161,12 +163,14 @@ def choose_adversary(
     graph as it is or, with ``adversary.rewire``, by letting them choose their edges."""
     n = network.n
     if nodes and not all(isinstance(v, int) and not isinstance(v, bool) for v in nodes):
-        raise bad(
+        raise bad_value(
             "adversary.nodes", list(nodes), "node indices are integers", "use e.g. adversary.nodes=[0,3]"
         )
     if nodes and len(set(nodes)) < len(nodes):
         twice = next(v for v in nodes if list(nodes).count(v) > 1)
-        raise bad("adversary.nodes", list(nodes), f"node {twice} is listed twice", "list each node once")
+        raise bad_value(
+            "adversary.nodes", list(nodes), f"node {twice} is listed twice", "list each node once"
+        )
     if sybils is not None:
         graph = None
         try:
@@ -180,7 +184,7 @@ def choose_adversary(
         chosen = np.array(sorted({int(v) for v in nodes}), dtype=np.int64)
         outside = chosen[(chosen < 0) | (chosen >= n)]
         if outside.size:
-            raise bad(
+            raise bad_value(
                 "adversary.nodes",
                 list(nodes),
                 f"node {int(outside[0])} is not in the graph",
@@ -188,7 +192,7 @@ def choose_adversary(
             )
         return Adversary(chosen, eavesdropper)
     if not 0 <= count <= n:
-        raise bad("adversary.count", count, f"the graph has {n} nodes", f"use 0..{n}")
+        raise bad_value("adversary.count", count, f"the graph has {n} nodes", f"use 0..{n}")
     if strategy == "random":
         chosen = seeds.numpy("adversary").choice(n, size=count, replace=False)
     elif strategy == "first":

@@ -41,7 +41,7 @@ from decpriv.attacks.inversion.scoring import (
     score_batches,
 )
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
 from decpriv.report.findings import Findings
@@ -83,28 +83,28 @@ LEAKS = {"fedsgd": fedsgd_leak, "fedavg": fedsgd_leak, "pdmm_centralized": pdmm_
 def check_server_view(protocol: Any, round_: int) -> None:
     """Refuse a protocol whose messages do not carry one client gradient of round ``round_``."""
     if protocol.name not in LEAKS:
-        raise bad(
+        raise bad_value(
             "protocol",
             protocol.name,
             "this attack reads a server's view of FedSGD, FedAvg or centralized PDMM",
             "use protocol=fedsgd or protocol=pdmm_centralized topology=star",
         )
     if protocol.name == "fedavg" and not (protocol.batch_size is None and protocol.local_steps == 1):
-        raise bad(
+        raise bad_value(
             "protocol",
             "fedavg",
             "a client update is a single gradient only with one full-batch local step",
             "use protocol=fedsgd, or protocol.batch_size=null protocol.local_steps=1 protocol.local_epochs=null",
         )
     if round_ >= protocol.rounds:
-        raise bad(
+        raise bad_value(
             "attack.round",
             round_,
             f"the run has rounds 0..{protocol.rounds - 1}",
             f"use attack.round <= {protocol.rounds - 1} or raise protocol.rounds",
         )
     if round_ > 0 and protocol.name == "pdmm_centralized":
-        raise bad(
+        raise bad_value(
             "attack.round",
             round_,
             "centralized PDMM's gradient is read off round 1's messages only",
@@ -112,14 +112,14 @@ def check_server_view(protocol: Any, round_: int) -> None:
         )
     if getattr(protocol, "client_fraction", 1.0) < 1:
         # a client left out of a round sends back the global model: its "gradient" would read as zero
-        raise bad(
+        raise bad_value(
             "protocol.client_fraction",
             protocol.client_fraction,
             "the server rebuilds w^t from every client's update and reads the victims' own, so every client must take part",
             "use protocol.client_fraction=1.0",
         )
     if getattr(protocol, "local_epochs", None) is not None:
-        raise bad(
+        raise bad_value(
             "protocol.local_epochs", protocol.local_epochs, "more than one local step", "set it to null"
         )
 
@@ -189,12 +189,12 @@ class GradientInversion(Attack):
         protocol = context.protocol
         check_server_view(protocol, self.round)
         if not context.adversary.eavesdropper:
-            raise bad(
+            raise bad_value(
                 "adversary.eavesdropper", False, "the server must see every client's update", "set it to true"
             )
         clients = client_nodes(context.network)
         if self.victims > len(clients):
-            raise bad(
+            raise bad_value(
                 "attack.victims",
                 self.victims,
                 f"only {len(clients)} clients exist",
@@ -205,7 +205,7 @@ class GradientInversion(Attack):
             # FedAvg weighs clients by n_i, so the server knows the local set sizes
             sizes = np.unique(context.data.local_sizes)
             if len(sizes) != 1:
-                raise bad(
+                raise bad_value(
                     "attack.batch_size",
                     None,
                     f"the clients hold different numbers of samples ({sizes.min()}..{sizes.max()})",
@@ -215,32 +215,34 @@ class GradientInversion(Attack):
         model, data = context.model, context.data
         closed_form = batch_size == 1 and first_layer_on_input(model, int(np.prod(data.input_shape)))
         if self.analytic and not closed_form:
-            raise bad(
+            raise bad_value(
                 "attack.analytic",
                 True,
                 "the closed form needs one sample per client and a fully connected first layer with bias",
                 "set attack.analytic=false, or use partition=one_per_node with model=logistic, softmax or mlp",
             )
         if not self.analytic and (data.task != "classification" or model.loss_name != "cross_entropy"):
-            raise bad(
+            raise bad_value(
                 "model",
                 model.loss_name,
                 "optimisation-based inversion here targets softmax classifiers",
                 "use model=mlp or softmax, or attack.analytic=true for one-sample logistic regression",
             )
         if self.span and not first_layer_on_input(model, int(np.prod(data.input_shape))):
-            raise bad(
+            raise bad_value(
                 "attack.span",
                 True,
                 "the inputs' span is read off a fully connected first layer on the input",
                 "set attack.span=false, or use model=mlp or softmax",
             )
         if self.span and self.config.box:
-            raise bad(
+            raise bad_value(
                 "attack.span", True, "a box cannot be kept inside the inputs' span", "set attack.box=false"
             )
         if self.config.box and data.data_range is None:
-            raise bad("attack.box", True, "the data has no declared value range", "set attack.box=false")
+            raise bad_value(
+                "attack.box", True, "the data has no declared value range", "set attack.box=false"
+            )
         return ServerPlan(batch_size, protocol.name, clients, np.asarray(data.local_sizes)[clients])
 
     def run(self, view: View) -> Reconstructions:

@@ -4,14 +4,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 
 def _named_folder(overrides: list[str], key: str) -> str | None:
     """The folder the command line names (``hydra.run.dir=out``), None when it names none."""
     given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
     if given is not None and not given.strip("'\" "):
-        raise bad(
+        raise bad_value(
             key,
             given,
             "an empty folder name would write into the current folder",
@@ -41,14 +41,14 @@ def claim_output_folder(
         claimed = claim_folder(path)
         return f'{key}="{claimed}"', claimed
     except ConfigError as error:
-        raise bad(
+        raise bad_value(
             key,
             str(path),
             f"a run folder holds one run, and {error}",
             f"choose a new folder{', or add resume=true to finish that sweep' if multirun else ''}",
         ) from None
     except OSError as error:
-        raise bad(
+        raise bad_value(
             key,
             str(path),
             f"the output folder cannot be created ({error.strerror or error})",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 PLOT_ARGUMENTS = ("x", "y", "hue", "table", "logx", "logy", "out")
 
@@ -16,7 +16,7 @@ def plot_arguments(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or key not in PLOT_ARGUMENTS:
-            raise bad(
+            raise bad_value(
                 key or pair, value, "is not an argument of decpriv plot", f"use {', '.join(PLOT_ARGUMENTS)}"
             )
         found[key] = value
@@ -28,7 +28,7 @@ def switch(key: str, value: str | None) -> bool | None:
     if value is None:
         return None
     if value.lower() not in ("true", "false"):
-        raise bad(key, value, "is a switch", f"use {key}=true or {key}=false")
+        raise bad_value(key, value, "is a switch", f"use {key}=true or {key}=false")
     return value.lower() == "true"
 
 

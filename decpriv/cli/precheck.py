@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.cli.composition import compose_or_refuse
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 
 @dataclass
@@ -144,7 +144,7 @@ def check_launcher(launcher: DictConfig) -> None:
     """The launcher's own options that would fail only once the sweep started, with an exception's text."""
     target = str(launcher.get("_target_", ""))
     if target.endswith("submitit_launcher.LocalLauncher") and "partition" in launcher:
-        raise bad(
+        raise bad_value(
             "hydra.launcher._target_",
             target,
             "the slurm launcher's options (partition, array_parallelism ...) are Slurm's, not the local "
@@ -155,7 +155,7 @@ def check_launcher(launcher: DictConfig) -> None:
     if target.endswith(".JoblibLauncher") and (
         not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0
     ):
-        raise bad(
+        raise bad_value(
             "hydra.launcher.n_jobs",
             n_jobs,
             "is the number of parallel jobs: -1 for one a core, or a positive count",
@@ -167,7 +167,7 @@ def check_sweeper(sweeper: DictConfig) -> None:
     """The sweeper's batch size, which the sweeper would refuse only once Hydra started (a traceback)."""
     size = sweeper.get("max_batch_size")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
-        raise bad(
+        raise bad_value(
             "hydra.sweeper.max_batch_size",
             size,
             "is how many jobs the launcher is handed at once",

@@ -4,7 +4,7 @@ import argparse
 
 from rich.console import Console
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 
 def list_command(ns: argparse.Namespace, console: Console) -> int:
@@ -22,7 +22,7 @@ def list_command(ns: argparse.Namespace, console: Console) -> int:
 
 def show_command(ns: argparse.Namespace, console: Console) -> int:
     if ns.rows < 0:
-        raise bad("--rows", ns.rows, "is a number of rows", "give 0 or more (0: the titles alone)")
+        raise bad_value("--rows", ns.rows, "is a number of rows", "give 0 or more (0: the titles alone)")
     from decpriv.report.show import show_run
 
     return show_run(ns.run, console, ns.rows)
@@ -31,7 +31,7 @@ def show_command(ns: argparse.Namespace, console: Console) -> int:
 def diff_command(ns: argparse.Namespace, console: Console) -> int:
     for key in ("rtol", "atol"):
         if not getattr(ns, key) >= 0:  # a negative tolerance would call equal numbers different
-            raise bad(f"--{key}", getattr(ns, key), "is a tolerance", "give 0 or more")
+            raise bad_value(f"--{key}", getattr(ns, key), "is a tolerance", "give 0 or more")
     from decpriv.report.show import print_diff
 
     return print_diff(ns.a, ns.b, ns.rtol, ns.atol, console, ns.format, ns.brief)

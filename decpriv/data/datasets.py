@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.rng import Seeds
 
 
@@ -142,7 +142,7 @@ def data_folder(root: str | None, name: str, key: str = "data.root") -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise bad(
+        raise bad_value(
             key, str(path), f"cannot be created ({error.strerror})", f"set {key} to a writable folder"
         ) from None
     return path
@@ -151,7 +151,7 @@ def data_folder(root: str | None, name: str, key: str = "data.root") -> Path:
 def offline_error(name: str, path: Path, error: Exception, by_hand: str, key: str = "data.root") -> Exception:
     """The one sentence for a data set that is not there and could not be downloaded."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return bad(
+    return bad_value(
         key,
         str(path),
         f"{name} is not there and could not be downloaded ({reason})",

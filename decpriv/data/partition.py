@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 PerNode = Annotated[int, Range(ge=1, what="the number of samples per node")] | None
 
@@ -26,7 +26,7 @@ def iid(labels: np.ndarray, n: int, rng: np.random.Generator, per_node: PerNode 
     """Uniform disjoint split; ``per_node`` samples each (default: all samples, as evenly as possible)."""
     total = len(labels)
     if per_node is not None and per_node * n > total:
-        raise bad(
+        raise bad_value(
             "partition.per_node",
             per_node,
             f"{n} nodes x {per_node} exceeds the {total} training samples",
@@ -41,7 +41,7 @@ def iid(labels: np.ndarray, n: int, rng: np.random.Generator, per_node: PerNode 
 def contiguous(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Node v gets the v-th contiguous block (for data generated in node order, e.g. least squares)."""
     if len(labels) % n:
-        raise bad(
+        raise bad_value(
             "topology.n",
             n,
             f"the {len(labels)} generated rows do not split evenly",
@@ -65,7 +65,7 @@ def dirichlet(
     classes = np.unique(labels)
     per_node = per_node or len(labels) // n
     if per_node * n > len(labels):
-        raise bad(
+        raise bad_value(
             "partition.per_node", per_node, "more samples requested than exist", f"use <= {len(labels) // n}"
         )
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
@@ -111,7 +111,7 @@ class LocalData:
     def stack(cls, x: torch.Tensor, y: torch.Tensor, parts: list[np.ndarray]) -> "LocalData":
         counts = np.array([len(p) for p in parts], dtype=np.int64)
         if counts.min() == 0:
-            raise bad(
+            raise bad_value(
                 "partition", "empty", "a node received no data", "use fewer nodes or more samples per node"
             )
         n, m = len(parts), int(counts.max())
@@ -145,7 +145,7 @@ class LocalData:
         """Refuse a minibatch larger than the smallest local set (batches are drawn without replacement)."""
         smallest = int(self.counts.min())
         if size is not None and size > smallest:
-            raise bad(
+            raise bad_value(
                 key,
                 size,
                 f"the smallest local set holds {smallest} samples",

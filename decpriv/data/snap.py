@@ -5,7 +5,7 @@ a file that is not an edge list is refused when read."""
 import networkx as nx
 
 from decpriv.data.datasets import data_folder, offline_error
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.topologies import edgelist
 
 SNAP_URL = "https://snap.stanford.edu/data/facebook.tar.gz"
@@ -35,5 +35,7 @@ def facebook_ego(
                 "topology.root",
             ) from None
     if not edges.is_file():
-        raise bad("topology.ego", ego, f"SNAP's archive has no facebook/{ego}.edges", f"pick one of {EGOS}")
+        raise bad_value(
+            "topology.ego", ego, f"SNAP's archive has no facebook/{ego}.edges", f"pick one of {EGOS}"
+        )
     return edgelist(str(edges), largest_component)

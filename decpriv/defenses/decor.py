@@ -22,7 +22,7 @@ import torch
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense, Mechanism
 from decpriv.defenses.dp import Clip, Target, clip_rows
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 
 NoiseStd = Annotated[float, Range(ge=0, what="a noise std", eg=10)] | None
@@ -48,7 +48,7 @@ class Decor(Defense):
         cdp_excess: CdpExcess = 1.2,
     ):
         if epsilon is None and (sigma_cdp is None or sigma_cor is None):
-            raise bad(
+            raise bad_value(
                 "defense.epsilon",
                 None,
                 "without a privacy target both noise levels must be given",

@@ -18,7 +18,7 @@ import torch
 
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 
 
@@ -36,7 +36,7 @@ Target = Annotated[float, Range(gt=0, what="a privacy target", eg=5)] | None
 def check_noise(sigma: float | None, epsilon: float | None) -> None:
     """A noise level or a privacy target to calibrate one from: two keys, one of them needed."""
     if sigma is None and epsilon is None:
-        raise bad(
+        raise bad_value(
             "defense.sigma",
             None,
             "no noise level and no privacy target",

@@ -22,7 +22,7 @@ from typing import Annotated
 import torch
 
 from decpriv.config_types import Range
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 # fractional bits of the fixed-point encoding: fewer lose the values, more leave no room in the ring
 Precision = Annotated[int, Range(ge=8, le=48, what="the number of fractional bits", eg=32)]
@@ -41,7 +41,7 @@ class Ring:
         than 2^8 of integer range."""
         bits = 62 - max(1, math.ceil(math.log2(max(terms, 2))))
         if bits - 1 - precision < 8:
-            raise bad(
+            raise bad_value(
                 key,
                 precision,
                 f"sums of {terms} values leave a {bits}-bit ring, too small for {precision} fractional bits",

@@ -18,7 +18,7 @@ import torch
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense
 from decpriv.defenses.masking import Precision, Ring
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
@@ -42,7 +42,7 @@ class SecretSharing(Defense):
         precision: Precision = 32,
     ):
         if not 0 <= colluding <= aggregators:
-            raise bad(
+            raise bad_value(
                 "defense.colluding",
                 colluding,
                 f"the adversary controls between 0 and {aggregators} aggregators",
@@ -55,7 +55,7 @@ class SecretSharing(Defense):
 
     def bind(self, setup: Built) -> None:
         if setup.protocol.name not in ("fedavg", "fedsgd"):
-            raise bad(
+            raise bad_value(
                 "defense",
                 self.name,
                 f"secret sharing among k aggregators is a federated primitive; protocol={setup.protocol.name} "

@@ -28,7 +28,7 @@ import torch
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense
 from decpriv.defenses.masking import Groups, MaskedSum, Precision, Ring, pairwise_masked_sum
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
@@ -57,7 +57,7 @@ class SecureAggregation(Defense):
     def bind(self, setup: Built) -> None:
         protocol, network, adversary = setup.protocol, setup.network, setup.adversary
         if protocol.name not in PROTOCOLS:
-            raise bad(
+            raise bad_value(
                 "defense",
                 self.name,
                 f"protocol={protocol.name} has no aggregation group whose sum could be revealed alone "
@@ -88,7 +88,7 @@ class SecureAggregation(Defense):
         smallest = int(sizes.min())
         if self.threshold > smallest:
             node = int(sizes.argmin())
-            raise bad(
+            raise bad_value(
                 "defense.threshold",
                 self.threshold,
                 f"node {node} aggregates only {smallest} members (itself and its neighbours), so it could "
@@ -102,7 +102,7 @@ class SecureAggregation(Defense):
             self._claimed |= (group == pair.b) & (member == pair.victim)
             survivors = int(sizes[pair.b]) - 1
             if not self.fault_tolerant or survivors < self.threshold:
-                raise bad(
+                raise bad_value(
                     "defense.fault_tolerant" if not self.fault_tolerant else "defense.threshold",
                     self.fault_tolerant if not self.fault_tolerant else self.threshold,
                     "on a complete graph the Sybil b must claim the victim dropped out of its aggregation, "
@@ -118,7 +118,7 @@ class SecureAggregation(Defense):
         from decpriv.protocols.fedavg import client_nodes
 
         if setup.adversary.sybils is not None:
-            raise bad(
+            raise bad_value(
                 "adversary.sybils",
                 setup.adversary.sybils.victim,
                 "Sybil evasion is simulated for D-SGD aggregation groups only",
@@ -127,7 +127,7 @@ class SecureAggregation(Defense):
         clients = len(client_nodes(setup.network))
         per_round = max(1, round(setup.protocol.client_fraction * clients))
         if self.threshold > per_round:
-            raise bad(
+            raise bad_value(
                 "defense.threshold",
                 self.threshold,
                 f"only {per_round} clients take part in a round",

@@ -9,7 +9,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.spectrum import gap
 
 
@@ -61,7 +61,7 @@ def hook(graph: nx.Graph, function: str | None = None) -> sp.csr_array:
     from hydra.utils import get_method
 
     if not function:
-        raise bad(
+        raise bad_value(
             "gossip_matrix.function",
             function,
             "the hook needs a function",
@@ -70,7 +70,7 @@ def hook(graph: nx.Graph, function: str | None = None) -> sp.csr_array:
     try:
         weights = get_method(function)
     except Exception:
-        raise bad(
+        raise bad_value(
             "gossip_matrix.function",
             function,
             "no such importable function",
@@ -84,16 +84,18 @@ def check_gossip_matrix(W: sp.sparray, graph: nx.Graph, tol: float = 1e-9) -> No
     edges and diagonal of ``graph`` (nodes 0..n-1)."""
     n = graph.number_of_nodes()
     if W.shape != (n, n):
-        raise bad(
+        raise bad_value(
             "gossip_matrix", f"shape {W.shape}", f"the graph has {n} nodes", f"return an ({n}, {n}) matrix"
         )
     coo = sp.coo_array(W)
     if (coo.data < -tol).any():
-        raise bad("gossip_matrix", "negative weight", "gossip weights must be >= 0", "fix the weighting")
+        raise bad_value(
+            "gossip_matrix", "negative weight", "gossip weights must be >= 0", "fix the weighting"
+        )
     rows = np.asarray(W.sum(axis=1)).ravel()
     worst = int(np.argmax(np.abs(rows - 1.0)))
     if abs(rows[worst] - 1.0) > 1e-6:
-        raise bad(
+        raise bad_value(
             "gossip_matrix",
             f"row {worst} sums to {rows[worst]:.6g}",
             "every row of W must sum to 1",
@@ -109,7 +111,7 @@ def check_gossip_matrix(W: sp.sparray, graph: nx.Graph, tol: float = 1e-9) -> No
     outside.eliminate_zeros()
     if outside.nnz:
         pair = (int(outside.row[0]), int(outside.col[0]))
-        raise bad(
+        raise bad_value(
             "gossip_matrix",
             f"weight on {pair}",
             "W may be non-zero only on edges and the diagonal",

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.gossip_matrix import check_gossip_matrix
 from decpriv.graphs.spectrum import SpectralGap, gap
 
@@ -58,7 +58,7 @@ class Network:
     @classmethod
     def build(cls, graph: nx.Graph, weights: Callable[[nx.Graph], sp.sparray]) -> "Network":
         if graph.number_of_nodes() < 2:
-            raise bad(
+            raise bad_value(
                 "topology",
                 f"{graph.number_of_nodes()} node(s)",
                 "a network needs at least 2 nodes",
@@ -66,7 +66,7 @@ class Network:
             )
         if not nx.is_connected(graph):
             parts = nx.number_connected_components(graph)
-            raise bad(
+            raise bad_value(
                 "topology",
                 f"{parts} components",
                 "the graph is disconnected, so gossip cannot reach consensus",

@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 
 from decpriv.config_types import Range, checked
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 MAX_TRIES = 100
 FAST_GNP = 2000
@@ -81,7 +81,7 @@ def torus(n: Annotated[int, nodes(9)] = 16) -> nx.Graph:
     side = math.isqrt(n)
     if side * side != n:
         lo, hi = side * side, (side + 1) ** 2
-        raise bad("topology.n", n, "a torus needs a perfect square", f"use topology.n={lo} or {hi}")
+        raise bad_value("topology.n", n, "a torus needs a perfect square", f"use topology.n={lo} or {hi}")
     grid = nx.grid_2d_graph(side, side, periodic=True)
     return _family(nx.convert_node_labels_to_integers(grid, ordering="sorted"), "torus")
 
@@ -91,7 +91,7 @@ def hypercube(n: Nodes = 16) -> nx.Graph:
     """Hypercube on n = 2^k nodes."""
     k = n.bit_length() - 1
     if 2**k != n:
-        raise bad(
+        raise bad_value(
             "topology.n", n, "a hypercube needs a power of two", f"use topology.n={2**k} or {2 ** (k + 1)}"
         )
     return _family(nx.convert_node_labels_to_integers(nx.hypercube_graph(k), ordering="sorted"), "hypercube")
@@ -101,9 +101,11 @@ def hypercube(n: Nodes = 16) -> nx.Graph:
 def random_regular(n: Nodes = 16, d: int = 4, seed: int = 0) -> nx.Graph:
     """Uniform random d-regular graph, resampled until connected."""
     if not 1 <= d < n:
-        raise bad("topology.d", d, f"a regular graph on {n} nodes needs 1 <= d < n", f"pick d in 1..{n - 1}")
+        raise bad_value(
+            "topology.d", d, f"a regular graph on {n} nodes needs 1 <= d < n", f"pick d in 1..{n - 1}"
+        )
     if (n * d) % 2:
-        raise bad("topology.d", d, f"n*d must be even (n={n})", "change d or n by one")
+        raise bad_value("topology.d", d, f"n*d must be even (n={n})", "change d or n by one")
     return _connected(lambda s: nx.random_regular_graph(d, n, seed=s), seed, f"{d}-regular graph")
 
 
@@ -167,7 +169,7 @@ def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Grap
     connected component is kept (the ego-414 experiment uses it); otherwise a disconnected file is refused.
     """
     if not path:
-        raise bad(
+        raise bad_value(
             "topology.path",
             path,
             "the edgelist topology needs a file",
@@ -175,7 +177,7 @@ def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Grap
         )
     file = Path(path).expanduser()
     if not file.is_file():
-        raise bad(
+        raise bad_value(
             "topology.path",
             str(file),
             "no such file",
@@ -186,7 +188,7 @@ def edgelist(path: str | None = None, largest_component: bool = True) -> nx.Grap
         graph = nx.relabel_nodes(graph, {name: int(name) for name in graph.nodes})
     if not nx.is_connected(graph):
         if not largest_component:
-            raise bad(
+            raise bad_value(
                 "topology.largest_component",
                 False,
                 "the edge list is disconnected",
@@ -210,11 +212,11 @@ def _read_edges(file: Path) -> nx.Graph:
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise bad(
+        raise bad_value(
             "topology.path", str(file), "is not a text file", "give a text file of 'u v' lines"
         ) from None
     except OSError as error:
-        raise bad(
+        raise bad_value(
             "topology.path", str(file), f"cannot be read ({error.strerror})", "check the file"
         ) from None
     graph = nx.Graph()
@@ -223,7 +225,7 @@ def _read_edges(file: Path) -> nx.Graph:
         if not fields:
             continue
         if len(fields) < 2 or "\x00" in line:
-            raise bad(
+            raise bad_value(
                 "topology.path",
                 str(file),
                 f"line {number} ({line.strip()[:40]!r}) is not an edge 'u v'",
@@ -231,7 +233,7 @@ def _read_edges(file: Path) -> nx.Graph:
             )
         graph.add_edge(fields[0], fields[1])
     if graph.number_of_nodes() == 0:
-        raise bad(
+        raise bad_value(
             "topology.path", str(file), "the file holds no edges", "give a file with one 'u v' pair a line"
         )
     return graph

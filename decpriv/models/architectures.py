@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 
 Reduction = Literal["mean", "sum"] | None  # how a node's loss adds its samples; null: the protocol's way
@@ -19,7 +19,7 @@ Activation = Literal["relu", "sigmoid", "tanh"]
 
 def _needs_images(name: str, input_shape: tuple[int, ...]) -> None:
     if len(input_shape) != 3:
-        raise bad(
+        raise bad_value(
             "model",
             name,
             f"a convolutional network reads images (channels, height, width), and the data gives inputs of "
@@ -37,7 +37,7 @@ def logistic(
 ) -> FunctionalModel:
     """Binary logistic regression: one output, sigmoid, binary cross-entropy (labels 0/1)."""
     if num_classes != 2:
-        raise bad(
+        raise bad_value(
             "model",
             "logistic",
             f"binary logistic regression needs two classes, and the data has {num_classes}",

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 
 def _cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -105,7 +105,7 @@ class FunctionalModel:
             or not isinstance(init_value, int | float)
             or not math.isfinite(init_value)
         ):
-            raise bad(
+            raise bad_value(
                 "model.init_value",
                 init_value,
                 "the initial parameter value must be a finite number",

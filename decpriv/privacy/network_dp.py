@@ -36,7 +36,7 @@ from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad  # noqa: E402
+from decpriv.errors import bad_value  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.graphs.rational import rational_form  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
@@ -146,21 +146,21 @@ class NetworkDPAccountant(Accountant):
             return
         if mechanism is not None and mechanism.local_gaussian and protocol.noised == "gradients":
             if protocol.local_steps != 1:
-                raise bad(
+                raise bad_value(
                     "protocol.local_steps",
                     protocol.local_steps,
                     "Muffliato-SGD adds one noise draw per message",
                     "use protocol.local_steps=1",
                 )
             if mechanism.target is not None:
-                raise bad(
+                raise bad_value(
                     "defense.epsilon",
                     mechanism.target,
                     "network DP gives each pair its own loss, so there is no single target to calibrate",
                     "set defense.sigma",
                 )
             return
-        raise bad(
+        raise bad_value(
             "accountant",
             self.name,
             "pairwise network DP covers noise added once to gossiped values (defense=muffliato with "

@@ -21,7 +21,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from decpriv.built import Setup
 from decpriv.config_types import checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
 from decpriv.privacy.rdp import Delta, RenyiOrder
@@ -61,7 +61,7 @@ class RandomWalkAccountant(Accountant):
     def check(self, setup: Setup) -> None:
         mechanism = setup.defense.mechanism()
         if not setup.protocol.walks or mechanism is None or not mechanism.local_gaussian:
-            raise bad(
+            raise bad_value(
                 "accountant",
                 self.name,
                 f"the random-walk bound covers protocol=random_walk with defense=ldp, not "
@@ -69,14 +69,14 @@ class RandomWalkAccountant(Accountant):
                 "use protocol=random_walk defense=ldp",
             )
         if mechanism.target is not None:
-            raise bad(
+            raise bad_value(
                 "defense.epsilon",
                 mechanism.target,
                 "the pairwise bound has no single target",
                 "set defense.sigma",
             )
         if abs(setup.network.W - setup.network.W.T).max() > 1e-12:
-            raise bad(
+            raise bad_value(
                 "gossip_matrix",
                 "non-symmetric",
                 "the matrix-logarithm bound needs a symmetric W",
@@ -84,7 +84,7 @@ class RandomWalkAccountant(Accountant):
             )
         multiplier = mechanism.sigma / 2.0
         if multiplier**2 < 2 * self.alpha * (self.alpha - 1):
-            raise bad(
+            raise bad_value(
                 "defense.sigma",
                 mechanism.sigma,
                 f"the theorem needs (sigma/2)^2 >= 2 alpha (alpha - 1) = {2 * self.alpha * (self.alpha - 1):g}",

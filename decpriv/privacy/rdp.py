@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 
 from decpriv.built import Setup
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
 from decpriv.report.findings import Findings
 
@@ -68,7 +68,7 @@ def calibrate_noise_multiplier(epsilon: float, delta: float, steps: int, rate: f
 
     low, high = (math.log(s) for s in SIGMA_RANGE)
     if excess(high) > 0:
-        raise bad(
+        raise bad_value(
             "defense.epsilon",
             epsilon,
             f"even sigma={SIGMA_RANGE[1]:g} over {steps} steps exceeds this target at delta={delta:g}",
@@ -103,21 +103,21 @@ class RenyiAccountant(Accountant):
         defense = setup.defense
         mechanism = defense.mechanism()
         if mechanism is None or mechanism.on != "gradients" or mechanism.correlated:
-            raise bad(
+            raise bad_value(
                 "accountant",
                 self.name,
                 f"the RDP accountant accounts Gaussian gradient noise, not defense={defense.name}",
                 "use defense=dpsgd|ldp|cdp or leave accountant unset",
             )
         if not hasattr(setup.protocol, "batch_size"):
-            raise bad(
+            raise bad_value(
                 "protocol",
                 setup.protocol.name,
                 "gradient noise is only added by SGD protocols",
                 "use protocol=dsgd or fedavg",
             )
         if mechanism.central and len(setup.network.edges) != setup.network.n * (setup.network.n - 1) // 2:
-            raise bad(
+            raise bad_value(
                 "topology",
                 setup.cfg.topology.get("_target_", "?").rsplit(".", 1)[-1],
                 "the CDP baseline protects the average, which only the complete graph with uniform W computes",

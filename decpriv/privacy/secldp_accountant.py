@@ -22,7 +22,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from decpriv.built import Setup  # noqa: E402
 from decpriv.config_types import checked
 from decpriv.defenses.decor import CdpExcess  # noqa: E402
-from decpriv.errors import bad  # noqa: E402
+from decpriv.errors import bad_value  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.rdp import Delta, gradient_steps  # noqa: E402
 from decpriv.privacy.secldp_bounds import (  # noqa: E402
@@ -115,19 +115,19 @@ class SecLDPAccountant(Accountant):
         defense, n = setup.defense, setup.network.n
         mechanism = defense.mechanism()
         if mechanism is None or mechanism.on != "gradients" or mechanism.level != "user":
-            raise bad(
+            raise bad_value(
                 "accountant",
                 self.name,
                 f"SecLDP accounts user-level Gaussian noise (decor, ldp, cdp), not defense={defense.name}",
                 "use defense=decor|ldp|cdp, or another accountant",
             )
         if not hasattr(setup.protocol, "batch_size"):
-            raise bad(
+            raise bad_value(
                 "protocol", setup.protocol.name, "DECOR noise is added to SGD gradients", "use protocol=dsgd"
             )
         check_threat(self.threat, self.collusion, n)
         if self.threat == "collusion" and mechanism.correlated and self.collusion >= n - 1:
-            raise bad("accountant.collusion", self.collusion, "no two honest users remain", "lower it")
+            raise bad_value("accountant.collusion", self.collusion, "no two honest users remain", "lower it")
         target_slope = (
             None
             if mechanism.target is None
@@ -140,7 +140,7 @@ class SecLDPAccountant(Accountant):
             return
         if target_slope is None:
             if defense.sigma_cdp == 0:
-                raise bad(
+                raise bad_value(
                     "defense.sigma_cdp",
                     0,
                     "with no private noise the correlated noise cancels in the sum of all messages, so the "
@@ -155,7 +155,7 @@ class SecLDPAccountant(Accountant):
             else (self.cdp_excess or defense.cdp_excess) * sigma_ldp / math.sqrt(n)
         )
         if sigma_cdp <= 0:
-            raise bad(
+            raise bad_value(
                 "defense.sigma_cdp",
                 sigma_cdp,
                 "SecLDP needs private noise",

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 from scipy.sparse.linalg import splu
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 
 Threat = Literal["eavesdropper", "curious", "collusion"]
 MAX_COALITIONS = 20000
@@ -65,7 +65,7 @@ def exact_precision_diagonal(adjacency: sp.sparray, sigma_cdp: float, sigma_cor:
     """diag(Sigma^-1) over Q (FLINT) from the floats' exact values, each rounded up to the next float64."""
     n = adjacency.shape[0]
     if n > EXACT_LIMIT:
-        raise bad(
+        raise bad_value(
             "defense.sigma_cdp",
             sigma_cdp,
             f"with sigma_cor={sigma_cor:g} the covariance sigma_cdp^2 I + sigma_cor^2 L is too ill-conditioned "
@@ -181,7 +181,7 @@ def calibrate_sigma_cor(
     if excess(math.log(1e-9 * clip)) <= 0:
         return 0.0
     if excess(math.log(high * clip)) > 0:
-        raise bad(
+        raise bad_value(
             "defense.sigma_cdp",
             round(sigma_cdp, 6),
             f"no sigma_cor up to {high:g} C reaches the target under threat={threat}: correlated noise only "
@@ -194,14 +194,14 @@ def calibrate_sigma_cor(
 def check_threat(threat: str, collusion: int, n: int) -> None:
     if threat == "collusion":
         if not 1 <= collusion < n - 1:
-            raise bad(
+            raise bad_value(
                 "accountant.collusion",
                 collusion,
                 f"q colluders must leave at least two honest nodes among {n}",
                 f"use 1 <= accountant.collusion <= {n - 2}",
             )
         if math.comb(n, collusion) > MAX_COALITIONS:
-            raise bad(
+            raise bad_value(
                 "accountant.collusion",
                 collusion,
                 f"the worst case over C({n},{collusion}) = {math.comb(n, collusion)} coalitions is out of reach",

@@ -15,7 +15,7 @@ from decpriv.config_types import Range
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.errors import Diverged, bad
+from decpriv.errors import Diverged, bad_value
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
 from decpriv.rng import Seeds
@@ -106,7 +106,7 @@ Precision = Literal["float32", "float64"]
 
 def check_average_last(average_last: int | None, rounds: int) -> None:
     if average_last is not None and not 1 <= average_last <= rounds:
-        raise bad(
+        raise bad_value(
             "protocol.average_last",
             average_last,
             f"the window must lie within the {rounds} rounds",

@@ -24,7 +24,7 @@ from decpriv.adversary.behaviour import apply_forgery
 from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
@@ -47,7 +47,7 @@ def check_batch_size(batch_size: int | None, network: Network, dataset: Dataset)
     against the partition is :meth:`LocalData.require_batch` at the start of the run."""
     average = len(dataset.x_train) // network.n
     if batch_size is not None and batch_size > average:
-        raise bad(
+        raise bad_value(
             "protocol.batch_size",
             batch_size,
             f"local sets hold about {average} samples",

@@ -31,7 +31,7 @@ from torch.func import grad, hessian, vmap
 
 from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
@@ -105,7 +105,7 @@ class PDMM(Protocol):
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         if model.reduction != "sum":
-            raise bad(
+            raise bad_value(
                 "model.reduction",
                 model.reduction,
                 "PDMM's f_i is a sum over the local samples (Yu 2023, Sec. 2.1)",

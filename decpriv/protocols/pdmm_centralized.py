@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from decpriv.data.datasets import Dataset
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
@@ -73,7 +73,7 @@ class PDMMCentralized(PDMM):
 
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         if len(client_nodes(network)) == network.n:
-            raise bad(
+            raise bad_value(
                 "topology",
                 f"{network.n} nodes, {len(network.edges)} edges",
                 "centralized PDMM needs a server at the centre of a star (Yu 2023, Eq. 5.1-5.2)",

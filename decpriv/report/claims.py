@@ -31,7 +31,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.aggregate import load_sweep, mean_std_count
 from decpriv.report.plots import graph_figure
 from decpriv.report.run_folder import read_status, read_table
@@ -77,7 +77,7 @@ class ClaimSection:
 def _strings(key: str, value: Any) -> tuple[str, ...]:
     values = [value] if isinstance(value, str) else value
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise bad(key, value, "expected a column name or a list of them", f"e.g. {key}=[topology]")
+        raise bad_value(key, value, "expected a column name or a list of them", f"e.g. {key}=[topology]")
     return tuple(values)
 
 
@@ -86,29 +86,41 @@ def parse_claim(node: Any) -> Claim | None:
     if node is None:
         return None
     if not isinstance(node, dict):
-        raise bad("claim", node, "expected a mapping", "give {source: ..., statement: ..., figure: ...}")
+        raise bad_value(
+            "claim", node, "expected a mapping", "give {source: ..., statement: ..., figure: ...}"
+        )
     unknown = [k for k in node if k not in KEYS]
     if unknown:
-        raise bad(f"claim.{unknown[0]}", node[unknown[0]], "unknown claim key", f"use {', '.join(KEYS)}")
+        raise bad_value(
+            f"claim.{unknown[0]}", node[unknown[0]], "unknown claim key", f"use {', '.join(KEYS)}"
+        )
     for key in ("source", "statement"):
         if not isinstance(node.get(key), str) or not node[key].strip():
-            raise bad(f"claim.{key}", node.get(key), "a claim needs it as text", "quote the paper's words")
+            raise bad_value(
+                f"claim.{key}", node.get(key), "a claim needs it as text", "quote the paper's words"
+            )
     figure = node.get("figure") or {}
     if not isinstance(figure, dict):
-        raise bad("claim.figure", figure, "expected a mapping", "give {x: <config key>, y: <metric>}")
+        raise bad_value("claim.figure", figure, "expected a mapping", "give {x: <config key>, y: <metric>}")
     unknown = [k for k in figure if k not in FIGURE_KEYS]
     if unknown:
-        raise bad(f"claim.figure.{unknown[0]}", figure[unknown[0]], "unknown figure key", "use x, y, hue")
+        raise bad_value(
+            f"claim.figure.{unknown[0]}", figure[unknown[0]], "unknown figure key", "use x, y, hue"
+        )
     if figure and not (isinstance(figure.get("x"), str) and isinstance(figure.get("y"), str)):
         missing = "x" if not isinstance(figure.get("x"), str) else "y"
-        raise bad(f"claim.figure.{missing}", figure.get(missing), "a figure needs x and y", "name a column")
+        raise bad_value(
+            f"claim.figure.{missing}", figure.get(missing), "a figure needs x and y", "name a column"
+        )
     tune = node.get("tune") or {}
     if not isinstance(tune, dict) or any(k not in TUNE_KEYS for k in tune):
-        raise bad("claim.tune", tune, "expected {over: [keys], best: min|max}", "e.g. {over: [protocol.lr]}")
+        raise bad_value(
+            "claim.tune", tune, "expected {over: [keys], best: min|max}", "e.g. {over: [protocol.lr]}"
+        )
     if tune and not figure:
-        raise bad("claim.tune", tune, "tuning selects cells of a figure", "give claim.figure too")
+        raise bad_value("claim.tune", tune, "tuning selects cells of a figure", "give claim.figure too")
     if tune.get("best", "min") not in ("min", "max"):
-        raise bad(
+        raise bad_value(
             "claim.tune.best", tune["best"], "the tuned value is the lowest or highest", "use min or max"
         )
     return Claim(
@@ -147,7 +159,7 @@ def _check_column(key: str, name: str, table: pd.DataFrame, where: str, metrics:
         return
     near = difflib.get_close_matches(name, list(table.columns), n=3)
     hint = f"did you mean {' or '.join(near)}?" if near else "metrics: " + ", ".join(metrics[:10])
-    raise bad(key, name, f"is not a column of {where}", f"name a summary.csv column ({hint})")
+    raise bad_value(key, name, f"is not a column of {where}", f"name a summary.csv column ({hint})")
 
 
 def check_figure(claim: Claim, table: pd.DataFrame, where: str, metrics: list[str]) -> None:
@@ -156,7 +168,7 @@ def check_figure(claim: Claim, table: pd.DataFrame, where: str, metrics: list[st
     for key, name in keys + [("tune.over", t) for t in claim.tune]:
         _check_column(f"claim.{key}", str(name), table, where, metrics)
     if not is_numeric(table[claim.y].dropna()) or table[claim.y].isna().all():
-        raise bad("claim.figure.y", claim.y, f"is not a numeric column of {where}", "name a metric")
+        raise bad_value("claim.figure.y", claim.y, f"is not a numeric column of {where}", "name a metric")
 
 
 def _cells(claim: Claim) -> list[str]:

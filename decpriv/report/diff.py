@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect, job_folders, job_row, swept_overrides
 
@@ -143,10 +143,12 @@ def _comparable(target: Path) -> None:
     would compare as "equal" for want of tables."""
     if target.is_file():
         if target.suffix != ".csv":
-            raise bad("diff", str(target), "is not a CSV table", "give two run folders, sweeps or CSV files")
+            raise bad_value(
+                "diff", str(target), "is not a CSV table", "give two run folders, sweeps or CSV files"
+            )
         return
     if not (target / "run.json").is_file() and not any(target.glob("*/run.json")):
-        raise bad(
+        raise bad_value(
             "diff",
             str(target),
             "is not a run or sweep folder (no run.json, no job folders)",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 from decpriv.report.run_folder import completed_summary, read_status
 
 KEY = "resume"
@@ -20,7 +20,7 @@ def take_resume(cfg: DictConfig) -> bool:
     """Remove ``resume`` from the job's config and return it (False when absent)."""
     value = cfg.get(KEY, False)
     if not isinstance(value, bool):
-        raise bad(KEY, value, "is a switch", "use resume=true")
+        raise bad_value(KEY, value, "is a switch", "use resume=true")
     if KEY in cfg:
         with open_dict(cfg):
             del cfg[KEY]
@@ -31,7 +31,7 @@ def check_fixed_folder(overrides: list[str], multirun: bool) -> None:
     """Resuming needs the folder of the earlier run: a timestamped default never exists twice."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if not any(o.startswith(f"{key}=") for o in overrides):
-        raise bad(
+        raise bad_value(
             KEY, True, f"needs the folder of the run to resume, and {key} is not set", f"add {key}=FOLDER"
         )
 

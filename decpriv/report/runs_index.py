@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
 from decpriv.report.run_folder import read_status, read_table
 
@@ -36,7 +36,7 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise bad("filter", pair, "is not key=value", "write e.g. topology=ring status=completed")
+            raise bad_value("filter", pair, "is not key=value", "write e.g. topology=ring status=completed")
         filters[key] = value
     return filters
 
@@ -90,7 +90,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
         if rows and key not in known:
             near = difflib.get_close_matches(key, sorted(known), n=1)
             fix = f"did you mean {near[0]}?" if near else "filter on a summary.csv column or run.json field"
-            raise bad(key, filters[key], f"no run under {root} has this key", fix)
+            raise bad_value(key, filters[key], f"no run under {root} has this key", fix)
     kept = [
         r
         for r in rows

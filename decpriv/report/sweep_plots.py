@@ -4,7 +4,7 @@ bars over seeds (drawn by :func:`decpriv.report.plots.metric_plot`)."""
 import pandas as pd
 from matplotlib.figure import Figure
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.aggregate import Sweep, varying_metrics
 from decpriv.report.plots import metric_plot
 
@@ -68,9 +68,9 @@ def plot(
     for key, name in [("x", x), ("y", y), *[("hue", h) for h in hue or []]]:
         if name not in table.columns:
             shown = ", ".join(table.columns[:12]) + (", ..." if len(table.columns) > 12 else "")
-            raise bad(key, name, "is not a column of this table", f"use one of: {shown}")
+            raise bad_value(key, name, "is not a column of this table", f"use one of: {shown}")
     if not is_numeric(table[y]):
-        raise bad("y", y, "is not a numeric column", "plot a metric such as test_accuracy")
+        raise bad_value("y", y, "is not a numeric column", "plot a metric such as test_accuracy")
     data = table.assign(**{y: pd.to_numeric(table[y])})
     numeric_x = is_numeric(data[x])
     data = data.assign(**{x: pd.to_numeric(data[x]) if numeric_x else data[x].astype(str)})

@@ -35,7 +35,7 @@ from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
 from decpriv.rng import Seeds
@@ -66,7 +66,7 @@ class Audit(Attack):
             ("chunk", chunk, 1000),
         ):
             if value < least or value % 2:
-                raise bad(
+                raise bad_value(
                     f"attack.{key}",
                     value,
                     f"needs an even count of at least {least}",

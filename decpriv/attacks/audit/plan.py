@@ -24,7 +24,7 @@ from decpriv.attacks.audit.mechanisms import GossipTrials, GradientTrials, SGDGo
 from decpriv.attacks.audit.subsampled import SubsampledTrials
 from decpriv.attacks.audit.walk import WalkTrials
 from decpriv.defenses.base import Defense
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
 from decpriv.privacy.rdp import gaussian_epsilon
 from decpriv.privacy.secldp_bounds import epsilon_from_slope
@@ -112,7 +112,7 @@ class AuditPlan:
 
 def refuse(audited: Audited, why: str) -> Exception:
     accountant = getattr(audited.accountant, "name", "none")
-    return bad(
+    return bad_value(
         "attack",
         "audit",
         f"{why} (defense={audited.defense.name}, protocol={audited.protocol.name}, accountant={accountant}); "

@@ -37,10 +37,10 @@ def joined(audit: pd.DataFrame, privacy: pd.DataFrame, currency) -> pd.DataFrame
 
 def violations(table: pd.DataFrame) -> pd.DataFrame:
     over = lambda low, high: low > high * (1 + RELATIVE_SLACK) + 1e-12  # noqa: E731
-    bad = over(table.epsilon_lower, table.epsilon_accountant) | over(
+    excess = over(table.epsilon_lower, table.epsilon_accountant) | over(
         table.epsilon_dp_lower, table.epsilon_dp_accountant
     )
-    return table[bad]
+    return table[excess]
 
 
 def failure(row: pd.Series, currency, pairs: int) -> str:

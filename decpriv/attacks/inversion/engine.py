@@ -25,7 +25,7 @@ from torch.func import grad, grad_and_value, vmap
 from decpriv.attacks.inversion.costs import COSTS, total_variation
 from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
 from decpriv.attacks.inversion.optimisers import adam, lbfgs
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.progress import updates
 
@@ -65,14 +65,14 @@ class InversionConfig:
             ("labels", self.labels, LABEL_MODES),
         ):
             if value not in allowed:
-                raise bad(f"attack.{key}", value, f"unknown {key}", f"use one of {', '.join(allowed)}")
+                raise bad_value(f"attack.{key}", value, f"unknown {key}", f"use one of {', '.join(allowed)}")
         for key, value in (("iterations", self.iterations), ("restarts", self.restarts)):
             if value < 1:
-                raise bad(f"attack.{key}", value, "must be at least 1", "use a positive integer")
+                raise bad_value(f"attack.{key}", value, "must be at least 1", "use a positive integer")
         if self.lr <= 0:
-            raise bad("attack.lr", self.lr, "the step size must be positive", "use e.g. 0.1")
+            raise bad_value("attack.lr", self.lr, "the step size must be positive", "use e.g. 0.1")
         if self.tv < 0:
-            raise bad("attack.tv", self.tv, "a prior weight cannot be negative", "use 0 or more")
+            raise bad_value("attack.tv", self.tv, "a prior weight cannot be negative", "use 0 or more")
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,16 +123,18 @@ class _Problem:
 
 def _check(model: FunctionalModel, params: torch.Tensor, target: torch.Tensor, batch_size: int) -> None:
     if params.dim() not in (1, 2) or params.shape[-1] != model.p or (params.dim() == 2 and len(params) != 2):
-        raise bad(
+        raise bad_value(
             "params",
             tuple(params.shape),
             f"expected ({model.p},) or (2, {model.p})",
             "pass the model's flat parameters",
         )
     if target.shape != (model.p,):
-        raise bad("target", tuple(target.shape), f"expected ({model.p},)", "pass the leaked flat gradient")
+        raise bad_value(
+            "target", tuple(target.shape), f"expected ({model.p},)", "pass the leaked flat gradient"
+        )
     if batch_size < 1:
-        raise bad("batch_size", batch_size, "must be at least 1", "use a positive integer")
+        raise bad_value("batch_size", batch_size, "must be at least 1", "use a positive integer")
 
 
 def _label_candidates(
@@ -148,7 +150,7 @@ def _label_candidates(
     device = params.device
     soft = labels is None and config.labels == "optimise"
     if soft and model.loss_name != "cross_entropy":
-        raise bad(
+        raise bad_value(
             "attack.labels",
             "optimise",
             "soft labels need a cross-entropy model",
@@ -158,7 +160,7 @@ def _label_candidates(
         return labels.reshape(1, batch_size).to(device), False
     if config.labels == "infer":
         if params.dim() == 2:
-            raise bad(
+            raise bad_value(
                 "attack.labels",
                 "infer",
                 "labels cannot be read off a gradient difference (Yu 2023, Table 5.1)",
@@ -225,9 +227,9 @@ def invert(
     """
     _check(model, params, target, batch_size)
     if config.box and data_range is None:
-        raise bad("attack.box", True, "the data has no declared value range", "set box=false")
+        raise bad_value("attack.box", True, "the data has no declared value range", "set box=false")
     if config.box and basis is not None:
-        raise bad("attack.box", True, "a box cannot be kept inside the inputs' span", "set box=false")
+        raise bad_value("attack.box", True, "a box cannot be kept inside the inputs' span", "set box=false")
     params, target = params.detach(), target.detach().to(params.dtype)
     candidates, soft = _label_candidates(model, params, target, num_classes, batch_size, labels, config)
     per_input = math.prod(input_shape) if basis is None else basis.shape[1]

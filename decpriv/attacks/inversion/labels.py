@@ -18,7 +18,7 @@ from itertools import combinations_with_replacement
 
 import torch
 
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 
 
@@ -38,9 +38,11 @@ def infer_labels(model: FunctionalModel, gradient: torch.Tensor, batch_size: int
     the model is near its initialisation, an estimate otherwise. Refuses gradient differences.
     """
     if model.loss_name != "cross_entropy":
-        raise bad("loss", model.loss_name, "label inference reads the cross-entropy gradient", "give labels")
+        raise bad_value(
+            "loss", model.loss_name, "label inference reads the cross-entropy gradient", "give labels"
+        )
     if gradient.dim() != 1:
-        raise bad(
+        raise bad_value(
             "target",
             tuple(gradient.shape),
             "label inference applies to one leaked gradient, not a gradient difference",
@@ -73,7 +75,7 @@ def candidate_labels(num_classes: int, batch_size: int, limit: int) -> torch.Ten
     """(K, B) every multiset of B labels out of C, K = C(C + B - 1, B); refused above ``limit``."""
     count = label_multisets(num_classes, batch_size)
     if count > limit:
-        raise bad(
+        raise bad_value(
             "attack.max_label_candidates",
             limit,
             f"enumerating labels of a batch of {batch_size} over {num_classes} classes needs {count} candidates",

@@ -17,7 +17,7 @@ from decpriv.attacks.knowledge import dgd, gossip
 from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.metrics import images
 from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr, ssim
 from decpriv.report.findings import Findings
@@ -72,17 +72,19 @@ class KnowledgeMatrix(Attack):
         tv: float = 1e-4,
     ):
         if solver not in ("ls", "gls"):
-            raise bad("attack.solver", solver, "unknown solver", "use ls or gls")
+            raise bad_value("attack.solver", solver, "unknown solver", "use ls or gls")
         if not 0 < tol < 1:
-            raise bad("attack.tol", tol, "the row-space distance tolerance lies in (0, 1)", "use e.g. 1e-6")
+            raise bad_value(
+                "attack.tol", tol, "the row-space distance tolerance lies in (0, 1)", "use e.g. 1e-6"
+            )
         if rcond is not None and not 0 < rcond < 1:
-            raise bad(
+            raise bad_value(
                 "attack.rcond", rcond, "the relative rank cutoff lies in (0, 1)", "use null or e.g. 1e-12"
             )
         self.exact, self.rcond, self.tol, self.solver = exact, rcond, tol, solver
         self.image_metrics, self.success_psnr = image_metrics, success_psnr
         if steps is not None and steps != "fig2" and not (isinstance(steps, int) and steps >= 1):
-            raise bad(
+            raise bad_value(
                 "attack.steps",
                 steps,
                 "T must be a positive number of gossip steps",
@@ -105,28 +107,28 @@ class KnowledgeMatrix(Attack):
     def prepare(self, context: AttackContext) -> Plan:
         protocol = context.protocol
         if not context.adversary.nodes.size:
-            raise bad(
+            raise bad_value(
                 "adversary.nodes",
                 [],
                 "the attack needs corrupt nodes",
                 "set adversary.nodes or adversary.count",
             )
         if protocol.name not in ("gossip", "dsgd"):
-            raise bad(
+            raise bad_value(
                 "protocol",
                 protocol.name,
                 "the knowledge-matrix attack reads gossip or D-GD",
                 "use protocol=gossip or dsgd",
             )
         if len(context.adversary.nodes) == context.network.n:
-            raise bad(
+            raise bad_value(
                 "adversary.count",
                 context.network.n,
                 "every node is an attacker, nothing is left to reconstruct",
                 "corrupt fewer nodes",
             )
         if protocol.name == "gossip" and protocol.accelerated:
-            raise bad(
+            raise bad_value(
                 "protocol.accelerated",
                 True,
                 "K_T is built for plain gossip x^{t+1} = W x^t",
@@ -135,7 +137,7 @@ class KnowledgeMatrix(Attack):
         steps = self.horizon(context)
         if self.exact:
             if protocol.name != "gossip":
-                raise bad(
+                raise bad_value(
                     "attack.exact",
                     True,
                     "exact mode decides the gossip system only",
@@ -143,7 +145,7 @@ class KnowledgeMatrix(Attack):
                 )
             rational_matrix(context.network.W)
         if self.image_metrics and not context.data.is_image:
-            raise bad(
+            raise bad_value(
                 "attack.image_metrics",
                 True,
                 f"data={context.data.name} is not image data",
@@ -161,7 +163,7 @@ class KnowledgeMatrix(Attack):
         if self.steps_rule == "fig2":
             mean_degree = context.network.graph.graph.get("mean_degree")
             if mean_degree is None:
-                raise bad(
+                raise bad_value(
                     "attack.steps",
                     "fig2",
                     "the fig2 horizon needs topology=erdos_renyi_mean_degree",
@@ -171,7 +173,7 @@ class KnowledgeMatrix(Attack):
         else:
             steps = self.steps_rule
         if steps > rounds:
-            raise bad(
+            raise bad_value(
                 "attack.steps",
                 self.steps_rule,
                 f"the protocol runs only {rounds} steps, T={steps} needs more",
@@ -190,21 +192,21 @@ class KnowledgeMatrix(Attack):
             ("same_init", p.same_init, True, "true (the common initial model is public)"),
         ):
             if value != need:
-                raise bad(
+                raise bad_value(
                     f"protocol.{key}",
                     value,
                     "the D-GD attack (El Mrini et al., Sec. 4) assumes D-GD",
                     f"use protocol.{key}={fix}",
                 )
         if int(context.data.local_sizes.max()) != 1:
-            raise bad(
+            raise bad_value(
                 "partition",
                 context.choices.get("partition", "?"),
                 "the D-GD attack assumes one sample per node",
                 "use partition=one_per_node",
             )
         if context.model.loss_name != "cross_entropy" and dgd.first_layer(context.model) is None:
-            raise bad(
+            raise bad_value(
                 "model",
                 context.choices.get("model", "?"),
                 "inverting gradients reads the label off a cross-entropy gradient",

@@ -33,7 +33,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from decpriv.attacks.knowledge.modular import Certificate, IntegerMatrix, certify, full_rank_steps
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 from decpriv.graphs.rational import rational_form
 from decpriv.report.progress import updates
 
@@ -306,7 +306,7 @@ def rational_matrix(W: sp.csr_array, max_denominator: int = 10**6) -> tuple[dict
     a matrix of small-denominator fractions (:func:`decpriv.graphs.rational.rational_form`)."""
     form = rational_form(W, max_denominator)
     if form.rows is None:
-        raise bad(
+        raise bad_value(
             "attack.exact",
             True,
             f"the gossip matrix has an entry that is no small-denominator fraction (off by {form.error:.1e})",

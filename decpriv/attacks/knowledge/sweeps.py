@@ -10,7 +10,7 @@ listens for 30 steps, not 6.
 import networkx as nx
 import numpy as np
 
-from decpriv.errors import ConfigError, bad
+from decpriv.errors import ConfigError, bad_value
 
 FIG2_BASE_N = 20  # n_0: the size at which the authors give p (their n_list[0])
 MAX_DRAWS = 100_000  # ER(100, 3/100) is connected once in about 150 draws
@@ -20,7 +20,9 @@ def erdos_renyi_mean_degree(n: int = 40, mean_degree: float = 4.0, seed: int = 0
     """G(n, p) with p = mean_degree / n, conditioned on being connected: draws k = 1, 2, ... use the k-th
     seed of ``numpy.random.default_rng(seed)`` until one is connected; ``graph["tries"]`` records k."""
     if not 0 < mean_degree <= n:
-        raise bad("topology.mean_degree", mean_degree, f"n * p must lie in (0, n = {n}]", "use e.g. 3..6")
+        raise bad_value(
+            "topology.mean_degree", mean_degree, f"n * p must lie in (0, n = {n}]", "use e.g. 3..6"
+        )
     rng = np.random.default_rng(seed)
     for tries in range(1, MAX_DRAWS + 1):
         graph = nx.gnp_random_graph(n, mean_degree / n, seed=int(rng.integers(2**31 - 1)))

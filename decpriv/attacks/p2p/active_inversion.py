@@ -21,7 +21,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.metrics.images import PSNR_CAP
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -81,7 +81,7 @@ class ActiveInversion(Attack):
 
     def __init__(self, round: int | None = None, victim: int | None = None, min_bias_gradient: float = 1e-8):
         if round is not None and round < 0:
-            raise bad("attack.round", round, "rounds start at 0", "use a round >= 0 or null")
+            raise bad_value("attack.round", round, "rounds start at 0", "use a round >= 0 or null")
         self.round, self.victim, self.tiny = round, victim, min_bias_gradient
 
     def prepare(self, context: AttackContext) -> TrapOverride:
@@ -89,25 +89,25 @@ class ActiveInversion(Attack):
         the models it sent for ``run``."""
         proto, model, net, adv = context.protocol, context.model, context.network, context.adversary
         if proto.name != "dsgd" or proto.gossip_steps != 1:
-            raise bad(
+            raise bad_value(
                 "protocol",
                 proto.name,
                 "the override targets D-PSGD's averaging",
                 "use protocol=dsgd gossip_steps=1",
             )
         if proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None:
-            raise bad(
+            raise bad_value(
                 "protocol.batch_size",
                 proto.batch_size,
                 "extraction needs one plain minibatch SGD step a round",
                 "use momentum=0 weight_decay=0 local_steps=1 and a batch_size",
             )
         if len(model.shapes[0]) != 2 or len(model.shapes) < 2 or model.shapes[1] != model.shapes[0][:1]:
-            raise bad(
+            raise bad_value(
                 "model", model.shapes[0], "trap weights need a first linear layer with bias", "use model=mlp"
             )
         if proto.rounds < 2:
-            raise bad(
+            raise bad_value(
                 "protocol.rounds",
                 proto.rounds,
                 "override and read need two rounds",
@@ -115,7 +115,7 @@ class ActiveInversion(Attack):
             )
         start = proto.rounds - 2 if self.round is None else self.round
         if start > proto.rounds - 2:
-            raise bad(
+            raise bad_value(
                 "attack.round",
                 self.round,
                 f"the read happens one round later; the run has {proto.rounds}",

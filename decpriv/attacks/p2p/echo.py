@@ -21,7 +21,7 @@ from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
@@ -82,9 +82,11 @@ class Echo(Attack):
         """Plan: the neighbour whose update is echoed (``attack.victim`` or the least connected)."""
         net, adv, protocol = context.network, context.adversary, context.protocol
         if protocol.name != "dsgd" or protocol.gossip_steps != 1:
-            raise bad("protocol", protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1")
+            raise bad_value(
+                "protocol", protocol.name, "echo targets D-PSGD", "use protocol=dsgd gossip_steps=1"
+            )
         if context.data.test_size == 0:
-            raise bad(
+            raise bad_value(
                 "data", context.data.name, "no held-out set to score against", "use data with a test split"
             )
         require_neighbours(net, adv.nodes)
@@ -95,7 +97,7 @@ class Echo(Attack):
         else:
             hood = np.setdiff1d(net.neighbours(a), adv.nodes)
             if hood.size == 0:
-                raise bad(
+                raise bad_value(
                     "adversary.nodes",
                     adv.nodes.tolist(),
                     f"attacker {a} has only corrupt neighbours",

@@ -28,7 +28,7 @@ from decpriv.attacks.p2p.neighbourhood import (
     updates,
     victims_of,
 )
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
@@ -96,7 +96,7 @@ def check_single_sgd_step(proto, invert: int) -> None:
     if invert and (
         proto.momentum or proto.weight_decay or proto.local_steps != 1 or proto.batch_size is None
     ):
-        raise bad(
+        raise bad_value(
             "attack.invert",
             invert,
             "inversion needs one plain minibatch SGD step a round (the step is then lr x a batch gradient)",
@@ -117,15 +117,17 @@ class GradientRecovery(Attack):
             ("restarts", restarts, 1),
         ):
             if value < low:
-                raise bad(f"attack.{key}", value, f"must be at least {low}", f"set attack.{key} >= {low}")
+                raise bad_value(
+                    f"attack.{key}", value, f"must be at least {low}", f"set attack.{key} >= {low}"
+                )
         self.invert, self.config = invert, InversionConfig(iterations=iterations, restarts=restarts)
 
     def prepare(self, context: AttackContext) -> None:
         proto, network, adversary = context.protocol, context.network, context.adversary
         if proto.name != "dsgd":
-            raise bad("protocol", proto.name, "recovery reads D-PSGD updates", "use protocol=dsgd")
+            raise bad_value("protocol", proto.name, "recovery reads D-PSGD updates", "use protocol=dsgd")
         if proto.gossip_steps != 1:
-            raise bad(
+            raise bad_value(
                 "protocol.gossip_steps",
                 proto.gossip_steps,
                 "the attacker only sees the first gossip step's messages",
@@ -134,7 +136,7 @@ class GradientRecovery(Attack):
         require_neighbours(network, adversary.nodes)
         informed, _ = coverable(network, adversary.nodes, adversary.observed_senders(network))
         if not informed.size:
-            raise bad(
+            raise bad_value(
                 "adversary.nodes",
                 adversary.nodes.tolist(),
                 "no neighbour of the attackers has all its own neighbours among the attackers' neighbours",

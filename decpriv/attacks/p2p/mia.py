@@ -31,7 +31,7 @@ from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
 from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
 from decpriv.attacks.p2p.scores import SCORES, Score
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -426,11 +426,11 @@ class MembershipInference(Attack):
             context.network,
         )
         if data.test_size == 0:
-            raise bad(
+            raise bad_value(
                 "data", data.name, "no held-out set to draw non-members from", "use data with a test split"
             )
         if data.task != "classification":
-            raise bad(
+            raise bad_value(
                 "data",
                 data.name,
                 "membership scores need class probabilities",
@@ -438,7 +438,7 @@ class MembershipInference(Attack):
             )
         if protocol.name in ("fedavg", "fedsgd"):
             if len(adversary.observed_senders(network)) < network.n:
-                raise bad(
+                raise bad_value(
                     "adversary.eavesdropper",
                     adversary.eavesdropper,
                     "the FedAvg server view needs every update",
@@ -446,7 +446,7 @@ class MembershipInference(Attack):
                 )
             return True
         if protocol.name != "dsgd":
-            raise bad(
+            raise bad_value(
                 "protocol",
                 protocol.name,
                 "this attack reads D-PSGD or FedAvg updates",

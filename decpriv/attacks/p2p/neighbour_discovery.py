@@ -25,7 +25,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
@@ -104,15 +104,15 @@ class NeighbourDiscovery(Attack):
         """Plan: the rank of one round's first-layer update, batch x local steps + 1 (the sketch's size)."""
         proto, model = context.protocol, context.model
         if proto.name != "dsgd" or proto.gossip_steps != 1:
-            raise bad(
+            raise bad_value(
                 "protocol", proto.name, "discovery reads D-PSGD updates", "use protocol=dsgd gossip_steps=1"
             )
         if proto.rounds < 2:
-            raise bad(
+            raise bad_value(
                 "protocol.rounds", proto.rounds, "needs two consecutive rounds", "use protocol.rounds >= 2"
             )
         if proto.momentum or proto.weight_decay:
-            raise bad(
+            raise bad_value(
                 "protocol.momentum",
                 proto.momentum,
                 "momentum and weight decay break the low-rank step the search relies on",
@@ -122,7 +122,7 @@ class NeighbourDiscovery(Attack):
         batch = proto.batch_size if proto.batch_size is not None else int(context.data.local_sizes.max())
         rank = batch * proto.local_steps + 1
         if len(shape) != 2 or rank > min(shape):
-            raise bad(
+            raise bad_value(
                 "protocol.batch_size",
                 proto.batch_size,
                 f"the first layer {shape} must be a linear layer wider than batch x local steps ({rank - 1})",
@@ -134,7 +134,7 @@ class NeighbourDiscovery(Attack):
         heard = net.n if adv.eavesdropper else int(net.degrees[adv.nodes].max()) + 1
         free = heard - (1 if adv.eavesdropper else 2)
         if free > self.max_free:
-            raise bad(
+            raise bad_value(
                 "attack.max_free",
                 self.max_free,
                 f"the search would range over 2^{free} subsets",

@@ -6,7 +6,7 @@ import torch
 
 from decpriv.adversary.recorder import Transcript
 from decpriv.adversary.view import View
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 
 
@@ -69,14 +69,14 @@ def require_neighbours(network: Network, attackers: np.ndarray) -> None:
     """Corrupt nodes exist, each has neighbours, and some neighbour is honest: else there is nothing to
     attack (an eavesdropping server owns no node; every node corrupt leaves no victim)."""
     if attackers.size == 0:
-        raise bad(
+        raise bad_value(
             "adversary.count",
             0,
             "this attack is run by corrupt nodes and there is none (adversary=server owns no node)",
             "use adversary=curious or set adversary.count >= 1",
         )
     if not victims_of_nodes(network, attackers).size:
-        raise bad(
+        raise bad_value(
             "adversary.count",
             int(attackers.size),
             f"no honest node neighbours the corrupt ones on {network.n} nodes, so there is no victim",
@@ -84,7 +84,7 @@ def require_neighbours(network: Network, attackers: np.ndarray) -> None:
         )
     lonely = attackers[network.degrees[attackers] == 0]
     if lonely.size:
-        raise bad(
+        raise bad_value(
             "adversary.nodes",
             attackers.tolist(),
             f"attacker {int(lonely[0])} has no neighbours and receives no updates",
@@ -94,7 +94,7 @@ def require_neighbours(network: Network, attackers: np.ndarray) -> None:
 
 def require_victim(network: Network, attacker: int, victim: int, key: str = "attack.victim") -> None:
     if not 0 <= victim < network.n or victim not in set(network.neighbours(attacker).tolist()):
-        raise bad(
+        raise bad_value(
             key,
             victim,
             f"the victim must be a neighbour of attacker {attacker}",

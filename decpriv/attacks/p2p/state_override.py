@@ -19,7 +19,7 @@ from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, coverable, require_neighbours
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -41,20 +41,20 @@ def override_targets(
     if victim is not None and victim not in set(victims.tolist()):
         adjacent = 0 <= victim < network.n and bool(network.adjacency[attackers][:, [victim]].sum())
         if not adjacent:
-            raise bad(
+            raise bad_value(
                 "attack.victim",
                 victim,
                 f"the victim must be a neighbour of attacker {' or '.join(map(str, attackers.tolist()))}",
                 f"use one of {victims.tolist()}",
             )
-        raise bad(
+        raise bad_value(
             "attack.victim",
             victim,
             f"the attackers do not hear the victim's neighbours {np.setdiff1d(closed(network, victim), heard).tolist()}",
             "corrupt one of them too or pick a victim whose neighbours all neighbour the attackers",
         )
     if victims.size == 0:
-        raise bad(
+        raise bad_value(
             "adversary.nodes",
             attackers.tolist(),
             "no neighbour of the attackers has all its neighbours among the attackers' neighbours",
@@ -131,16 +131,20 @@ class StateOverride(Attack):
         self, victim: int | None = None, start: int | None = None, rushing: bool = True, target: str = "own"
     ):
         if target not in TARGETS:
-            raise bad("attack.target", target, "unknown target model", f"use one of {', '.join(TARGETS)}")
+            raise bad_value(
+                "attack.target", target, "unknown target model", f"use one of {', '.join(TARGETS)}"
+            )
         if start is not None and start < 0:
-            raise bad("attack.start", start, "rounds start at 0", "use a round >= 0 or null (last round)")
+            raise bad_value(
+                "attack.start", start, "rounds start at 0", "use a round >= 0 or null (last round)"
+            )
         self.victim, self.start, self.rushing, self.target = victim, start, rushing, target
 
     def prepare(self, context: AttackContext) -> Override:
         """Plan: the forger itself (victims, start round); it keeps the models it aimed at for ``run``."""
         net, adv, protocol = context.network, context.adversary, context.protocol
         if protocol.name != "dsgd" or protocol.gossip_steps != 1:
-            raise bad(
+            raise bad_value(
                 "protocol",
                 protocol.name,
                 "the override targets D-PSGD's averaging",
@@ -148,7 +152,9 @@ class StateOverride(Attack):
             )
         rounds = protocol.rounds
         if self.start is not None and self.start >= rounds:
-            raise bad("attack.start", self.start, f"the run has {rounds} rounds", f"use 0..{rounds - 1}")
+            raise bad_value(
+                "attack.start", self.start, f"the run has {rounds} rounds", f"use 0..{rounds - 1}"
+            )
         victims, forgers, heard = override_targets(net, adv, self.victim)
         start = rounds - 1 if self.start is None else self.start
         return Override(net, adv.nodes, victims, forgers, heard, start, self.rushing, self.target)

@@ -32,7 +32,7 @@ from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbourhood import updates
 from decpriv.attacks.p2p.scores import Score
 from decpriv.config_types import Range, checked
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -152,14 +152,14 @@ class SybilEvasion(Attack):
         """Plan: the victim and its two Sybils."""
         proto, net, pair, data = context.protocol, context.network, context.adversary.sybils, context.data
         if proto.name != "dsgd" or proto.gossip_steps != 1:
-            raise bad(
+            raise bad_value(
                 "protocol",
                 proto.name,
                 "the Sybils difference D-PSGD aggregates of one gossip step",
                 "use protocol=dsgd gossip_steps=1",
             )
         if pair is None:
-            raise bad(
+            raise bad_value(
                 "adversary.sybils",
                 None,
                 "attack=sybil_evasion needs a victim with two Sybils placed around it",
@@ -167,14 +167,14 @@ class SybilEvasion(Attack):
             )
         for g in (pair.a, pair.b):
             if np.isnan(group_of(net, g)[1]):
-                raise bad(
+                raise bad_value(
                     "gossip_matrix",
                     context.choices.get("gossip_matrix", "?"),
                     f"Sybil {g} weights its group's members unequally, so its sum cannot be un-weighted",
                     "use gossip_matrix=uniform (D-PSGD)",
                 )
         if data.test_size == 0 or data.task != "classification":
-            raise bad(
+            raise bad_value(
                 "data",
                 data.name,
                 "membership inference needs a classification test set",

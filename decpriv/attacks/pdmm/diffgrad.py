@@ -45,7 +45,7 @@ from decpriv.attacks.pdmm.leak import (
     extract,
     links,
 )
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
@@ -110,15 +110,17 @@ class DiffGrad(Attack):
     ):
         check_assumptions(update, form, theta, "attack")
         if labels not in LABELS:
-            raise bad("attack.labels", labels, "unknown label mode", f"use one of {', '.join(LABELS)}")
+            raise bad_value("attack.labels", labels, "unknown label mode", f"use one of {', '.join(LABELS)}")
         if victims is not None and victims < 1:
-            raise bad(
+            raise bad_value(
                 "attack.victims", victims, "at least one node must be attacked", "use 1 or more, or null"
             )
         if round < 1:
-            raise bad("attack.round", round, "Delta z are recorded from round 1 on", "use attack.round >= 1")
+            raise bad_value(
+                "attack.round", round, "Delta z are recorded from round 1 on", "use attack.round >= 1"
+            )
         if batch_size is not None and batch_size < 1:
-            raise bad("attack.batch_size", batch_size, "must be positive or null", "use n_i or null")
+            raise bad_value("attack.batch_size", batch_size, "must be positive or null", "use n_i or null")
         self.victims, self.round, self.t_max, self.batch_size = victims, round, t_max, batch_size
         self.analytic, self.form, self.update, self.labels = analytic, form, update, labels
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
@@ -143,23 +145,25 @@ class DiffGrad(Attack):
         rounds = context.protocol.rounds
         t_max = rounds if self.t_max is None else self.t_max  # 0 is refused below, not read as null
         if not 4 <= t_max <= rounds:
-            raise bad("attack.t_max", self.t_max, f"the run has {rounds} rounds", f"use 4..{rounds} or null")
+            raise bad_value(
+                "attack.t_max", self.t_max, f"the run has {rounds} rounds", f"use 4..{rounds} or null"
+            )
         if self.round > t_max - 3:
-            raise bad(
+            raise bad_value(
                 "attack.round",
                 self.round,
                 f"differences up to round {t_max - 3} are leaked by t_max={t_max}",
                 f"use attack.round <= {t_max - 3}",
             )
         if context.data.task != "classification":
-            raise bad(
+            raise bad_value(
                 "data", context.data.task, "the attack enumerates class labels", "use a classification set"
             )
         batch = self.batch_size or int(context.own_mask[0].sum())
         candidates = label_multisets(context.data.num_classes, batch)
         if candidates > self.config.max_label_candidates:
             if self.labels == "enumerate":
-                raise bad(
+                raise bad_value(
                     "attack.max_label_candidates",
                     self.config.max_label_candidates,
                     f"enumerating labels of a batch of {batch} needs {candidates} candidates",

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from decpriv.adversary.view import AttackContext, View
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.protocols.pdmm import directed_edges
 
@@ -133,7 +133,7 @@ def _check_recorded(view: View, nodes: np.ndarray, form: str) -> None:
     needed = links(view.network, nodes, form)
     absent = view.transcript.columns(needed[:, 0], needed[:, 1]) < 0
     if absent.any():
-        raise bad(
+        raise bad_value(
             "adversary",
             f"{int(absent.sum())} unrecorded link(s), e.g. {needed[absent][0].tolist()}",
             f"the leakage of nodes {nodes[:5].tolist()} needs the Delta z on all their links",
@@ -262,7 +262,7 @@ def check_pdmm(context: AttackContext, attack: str) -> None:
     need its declared rho, theta and update rule), or a threat model without eavesdropper and corrupt node."""
     declared = context.protocol.hyper
     if context.protocol.recorder_kind != "edges" or not {"rho", "theta", "update"} <= declared.keys():
-        raise bad(
+        raise bad_value(
             "protocol",
             context.protocol.name,
             f"attack={attack} reads the Delta z messages of decentralized PDMM/ADMM",
@@ -270,7 +270,7 @@ def check_pdmm(context: AttackContext, attack: str) -> None:
         )
     adv = context.adversary
     if not adv.eavesdropper or adv.nodes.size == 0:
-        raise bad(
+        raise bad_value(
             "adversary",
             f"eavesdropper={adv.eavesdropper}, nodes={adv.nodes.tolist()}",
             f"attack={attack} needs an eavesdropper on every edge and at least one corrupt node",
@@ -311,7 +311,7 @@ class Assumed:
 def check_theorem_form(form: str, assumed_theta: float, prefix: str) -> None:
     """The Theorem-1 forms are derived for theta = 1 (PDMM); refuse them for ADMM-type averaging."""
     if form == "theorem" and assumed_theta != 1:
-        raise bad(
+        raise bad_value(
             f"{prefix}.form",
             form,
             f"Theorem 1's closed forms (Yu 2023, Eq. 2.13, 4.3, 4.22) hold for theta = 1, not {assumed_theta}",
@@ -321,10 +321,12 @@ def check_theorem_form(form: str, assumed_theta: float, prefix: str) -> None:
 
 def check_assumptions(update: str | None, form: str, theta: float | None, prefix: str) -> None:
     if update is not None and update not in UPDATES:
-        raise bad(
+        raise bad_value(
             f"{prefix}.update", update, "unknown update rule", f"use one of {', '.join(UPDATES)} or null"
         )
     if form not in FORMS:
-        raise bad(f"{prefix}.form", form, "unknown leakage form", f"use one of {', '.join(FORMS)}")
+        raise bad_value(f"{prefix}.form", form, "unknown leakage form", f"use one of {', '.join(FORMS)}")
     if theta is not None and not 0 < theta <= 1:
-        raise bad(f"{prefix}.theta", theta, "theta lies in (0, 1]", "use 1 or null (the declared value)")
+        raise bad_value(
+            f"{prefix}.theta", theta, "theta lies in (0, 1]", "use 1 or null (the declared value)"
+        )

@@ -18,7 +18,7 @@ from decpriv.attacks.pdmm.leak import (
     check_theorem_form,
     extract,
 )
-from decpriv.errors import bad
+from decpriv.errors import bad_value
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
@@ -56,7 +56,7 @@ class PDMMLeak(Attack):
     ):
         check_assumptions(update, form, theta, "attack")
         if t_max is not None and (not t_max or min(t_max) < 4):
-            raise bad(
+            raise bad_value(
                 "attack.t_max", t_max, "each stopping point needs at least 4 rounds", "use e.g. [10, 50]"
             )
         self.t_max, self.form, self.update = t_max, form, update
@@ -68,7 +68,7 @@ class PDMMLeak(Attack):
             self.form, self.theta if self.theta is not None else context.protocol.theta, "attack"
         )
         if self.t_max is not None and max(self.t_max) > context.protocol.rounds:
-            raise bad(
+            raise bad_value(
                 "attack.t_max",
                 self.t_max,
                 f"the run has {context.protocol.rounds} rounds",
