@@ -114,9 +114,9 @@ def image_summary(table: pd.DataFrame, prefix: str = "attack_") -> tuple[dict[st
 
 
 RECOVERY_HEADLINE = (
-    Headline("attack_recovered_fraction", 0.0, "higher", "the mean image (no attack) recovers none"),
-    Headline("attack_psnr_median", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
-    Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image (no attack)"),
+    Headline("attack_recovered_fraction", 0.0, "higher", "none recovered by the mean image (no attack)"),
+    Headline("attack_psnr_median", "attack_mean_image_psnr", "higher", "the mean image's PSNR (no attack)"),
+    Headline("attack_psnr", "attack_mean_image_psnr", "higher", "the mean image's PSNR (no attack)"),
 )
 """The headline of an image-inversion attack: the recovered fraction first, then the median and mean PSNR."""
 

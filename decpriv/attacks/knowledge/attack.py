@@ -54,8 +54,8 @@ class KnowledgeMatrix(Attack):
             "higher",
             "the honest nodes the attackers neighbour",
         ),
-        Headline("success_rate", 0.0, "higher", "the mean image (no attack) recovers none"),
-        Headline("median_psnr", "median_mean_image_psnr", "higher", "the mean image (no attack)"),
+        Headline("success_rate", 0.0, "higher", "none recovered by the mean image (no attack)"),
+        Headline("median_psnr", "median_mean_image_psnr", "higher", "the mean image's PSNR (no attack)"),
     )
 
     def __init__(
