@@ -108,9 +108,13 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(with_params(task, params))
-    final = {o.get_key_element(): o for o in parsed}  # the last override of a key wins, in first place
-    keys = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
-    return len(job_overrides(parsed)), keys
+    return len(job_overrides(parsed)), swept_keys(parsed)
+
+
+def swept_keys(parsed: list) -> list[str]:
+    """The keys a parsed sweep varies; the last override of a key wins, in its first place."""
+    final = {o.get_key_element(): o for o in parsed}
+    return [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
 
 
 def with_params(task: list[str], params: Any) -> list[str]:

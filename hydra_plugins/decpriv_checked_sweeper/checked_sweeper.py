@@ -94,14 +94,12 @@ class CheckedSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> list[Any]:
-        from decpriv.report.sweep import job_overrides, with_params
+        from decpriv.report.sweep import job_overrides, swept_keys, with_params
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         parsed = parser.parse_overrides(with_params(arguments, self.params))
-        jobs = job_overrides(parsed)
-        final = {o.get_key_element(): o for o in parsed}
-        swept = [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
+        jobs, swept = job_overrides(parsed), swept_keys(parsed)
         facts = [f"hydra.sweeper.job_count={len(jobs)}", f"hydra.sweeper.swept_keys=[{','.join(swept)}]"]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,7 @@ def fl_targets(view: View, rounds: np.ndarray) -> Targets:
     n = view.network.n
     rows = torch.as_tensor(rows_of(view, rounds))
     received = updates(view.transcript, np.arange(n))[rows]
-    glob = global_models(view, rounds, received)[:, None].expand_as(received)
+    glob = global_models(view, rounds, rows, received)[:, None].expand_as(received)
     r_idx, v_idx = np.meshgrid(np.arange(len(rounds)), np.arange(n), indexing="ij")
     estimate = consensus_estimate(received).numpy()[r_idx.ravel()]
     tables = [
@@ -133,12 +133,12 @@ def fl_targets(view: View, rounds: np.ndarray) -> Targets:
     return Targets(pd.concat(tables, ignore_index=True), models)
 
 
-def global_models(view: View, rounds: np.ndarray, received: torch.Tensor) -> torch.Tensor:
+def global_models(view: View, rounds: np.ndarray, rows: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
     """(R, p) the global model the server broadcast after each of ``rounds``, what every user sees.
     Under secure aggregation or secret sharing it is the aggregate the protocol revealed (the masked
     updates are noise, their mean too); in the clear, the round's participants' updates weighted by their
-    public local-set sizes, as FedAvg's server computes it (McMahan et al. 2017, Algorithm 1)."""
-    rows = torch.as_tensor(rows_of(view, rounds))
+    public local-set sizes, as FedAvg's server computes it (McMahan et al. 2017, Algorithm 1). ``rows``:
+    the transcript's rows of those rounds."""
     if view.transcript.aggregates is not None:
         return view.transcript.aggregates[rows, 0].to(received.dtype)
     sending = view.public["participants"][torch.as_tensor(rounds)].to(received.dtype)
