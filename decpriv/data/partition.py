@@ -131,6 +131,11 @@ class LocalData:
     def n(self) -> int:
         return self.x.shape[0]
 
+    def node(self, v: int) -> "LocalData":
+        """Node v's set alone, as a one-node LocalData (a random walk's holder)."""
+        keep = slice(v, v + 1)
+        return LocalData(self.x[keep], self.y[keep], self.mask[keep], self.counts[keep], self.indices[keep])
+
     def to(self, device: torch.device) -> "LocalData":
         return LocalData(
             self.x.to(device), self.y.to(device), self.mask.to(device), self.counts.to(device), self.indices
@@ -167,3 +172,17 @@ class LocalData:
         pick = keys.topk(size, dim=1, sorted=False).indices
         rows = torch.arange(self.n, device=self.x.device)[:, None]
         return self.x[rows, pick], self.y[rows, pick], torch.ones(self.n, size, device=self.x.device)
+
+    def poisson_batch(
+        self, rates: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One Poisson-sampled minibatch per node: each local sample joins independently with its node's rate
+        (``rates`` (n,)), so batch sizes vary (Abadi et al., CCS 2016, Sec. 3.1; Opacus' DPDataLoader).
+        Returned padded to the largest batch drawn, ``weight`` marking the samples taken."""
+        keys = torch.rand(self.mask.shape, generator=generator, device=generator.device).to(self.x.device)
+        taken = (keys < rates[:, None].to(keys)) & self.mask
+        width = max(int(taken.sum(1).max()), 1)
+        # the taken samples first: their keys lifted above every other (keys are below 1)
+        pick = (keys + taken).topk(width, dim=1, sorted=False).indices
+        rows = torch.arange(self.n, device=self.x.device)[:, None]
+        return self.x[rows, pick], self.y[rows, pick], taken[rows, pick].to(self.x.dtype)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from decpriv.data.sampling import Sampler, sampler_of
 from decpriv.models.functional import FunctionalModel
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ class Mechanism:
     ``on``: ``"gradients"`` (every local gradient step) or ``"values"`` (once, on the value then gossiped,
     Muffliato). ``sigma`` is the noise multiplier (std / ``clip``), None until an accountant calibrates it for
     ``target``. ``level``: ``"example"`` (per-example clipping on Poisson-sampled batches, DP-SGD) or
-    ``"user"`` (the node's whole gradient clipped). ``central``: nodes combine by the exact average, the
+    ``"user"`` (the node's whole gradient clipped). ``sampler``: how each step's batch is drawn
+    (:mod:`decpriv.data.sampling`: ``poisson`` or ``fixed``; with no batch size the whole set). ``central``: nodes combine by the exact average, the
     per-node std being divided by sqrt(n). ``correlated``: pairwise-cancelling noise is added on top (DECOR).
     """
 
@@ -36,6 +38,7 @@ class Mechanism:
     central: bool = False
     correlated: bool = False
     target: float | None = None
+    sampler: str = "fixed"
 
     @property
     def local_gaussian(self) -> bool:
@@ -65,9 +68,14 @@ class Defense:
     accountant: str | None = None  # the ``accountant`` option used when none is set (conf/accountant/<name>)
     own_aggregation = False  # replaces the plain gossip average W x (robust rules, the CDP baseline)
     hides_updates = False  # no single node sees an individual update (secure aggregation)
+    batch_sampler = "fixed"  # how protocols draw this defense's batches (decpriv.data.sampling)
 
     def bind(self, setup: Built) -> None:
         """Take what the defense needs from the built setup (edges, random streams) before the run."""
+
+    def sampler(self, size: int | None) -> Sampler:
+        """The sampler protocols draw each local step's batch of ``size`` with."""
+        return sampler_of(self.batch_sampler, size)
 
     def gradients(
         self,

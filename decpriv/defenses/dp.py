@@ -1,7 +1,11 @@
 """Gaussian-mechanism defenses on the local gradient: DP-SGD (example level), LDP and CDP (user level).
 
 - ``dpsgd`` (Abadi et al., CCS 2016, Alg. 1): per-example gradients (vmap), each clipped to
-  norm C, summed, N(0, sigma^2 C^2 I) added to the sum, divided by the batch size (Abadi's form).
+  norm C, summed, N(0, sigma^2 C^2 I) added to the sum, divided by the expected batch size b (a public
+  constant: dividing by a Poisson batch's drawn size would release it). ``sampler`` says how the protocol
+  draws the batch and so how it is accounted (:mod:`decpriv.data.sampling`): ``poisson`` (default, each
+  example with rate b / m, add/remove adjacency, as Opacus) or ``fixed`` (b distinct examples, replace-one
+  adjacency, a replaced example moving the sum by 2C).
 - ``ldp`` (the LDP baseline of Allouah et al., ICML 2024, Sec. 5): the node's whole batch gradient clipped to C
   (user-level privacy) plus N(0, sigma^2 C^2 I), so every message is locally private.
 - ``cdp`` (central baseline): same clipping, noise N(0, sigma^2 C^2 / n) per node, and nodes combine by
@@ -12,7 +16,7 @@
 sigma before the run (target (epsilon, accountant.delta) over all local steps; it replaces ``sigma``).
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -108,6 +112,21 @@ class DPSGD(GaussianDefense):
     name = "dpsgd"
     level = "example"
 
+    def __init__(
+        self,
+        clip: Clip = 1.0,
+        sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
+        epsilon: Target = None,
+        sampler: Literal["poisson", "fixed"] = "poisson",
+    ):
+        super().__init__(clip, sigma, epsilon)
+        self.batch_sampler = sampler
+        self.expected_batch: int | None = None
+
+    def bind(self, setup) -> None:
+        # every node's expected batch is b: protocols refuse a b above the smallest local set
+        self.expected_batch = getattr(setup.protocol, "batch_size", None)
+
     def gradients(
         self,
         model: FunctionalModel,
@@ -121,8 +140,16 @@ class DPSGD(GaussianDefense):
         per_example = clip_rows(model.example_gradients(theta, x, y), self.clip)  # (n, b, p)
         total = (per_example * weight[..., None]).sum(1)
         noise = torch.randn(total.shape, generator=generator, device=total.device, dtype=total.dtype)
-        count = weight.sum(1, keepdim=True).clamp_min(1.0)
+        count = self.expected_batch or weight.sum(1, keepdim=True).clamp_min(1.0)
         return (total + self.noise_std(len(total)) * noise) / count
+
+    def mechanism(self) -> Mechanism:
+        return Mechanism(
+            "gradients", self.clip, self.sigma, self.level, target=self.epsilon, sampler=self.batch_sampler
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "sampler": self.batch_sampler}
 
 
 class LocalDP(GaussianDefense):

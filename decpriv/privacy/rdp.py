@@ -1,14 +1,18 @@
-"""Renyi-DP accountant of the (subsampled) Gaussian mechanism via Google's dp-accounting library
-(Mironov, CSF 2017; Mironov, Talwar, Zhang, arXiv:1908.10530, 2019, for the sampled Gaussian).
+"""Renyi-DP accountant of the Gaussian gradient defenses, for the sampler the protocol runs (Mironov, CSF
+2017; Mironov, Talwar, Zhang, arXiv:1908.10530, 2019; Wang, Balle, Kasiviswanathan, AISTATS 2019).
 
-- ``dpsgd`` (example level): every local step of a node is a Poisson-subsampled Gaussian with rate
-  q = b / m_v (m_v its local set size) and noise multiplier sigma (add/remove adjacency, sensitivity C).
-  decpriv draws fixed-size batches without replacement; the Poisson analysis is the usual stand-in
-  (Opacus, TF Privacy) and is stated in privacy.csv's ``mechanism`` column.
+- ``dpsgd`` (example level): every local step of node v is a sampled Gaussian, accounted for the defense's
+  sampler (:mod:`decpriv.data.sampling`): ``poisson`` at rate q = b / m_v under add/remove adjacency
+  (noise multiplier sigma), ``fixed`` (b of m_v without replacement) under replace-one adjacency, where a
+  replaced example moves the clipped sum by 2C (multiplier sigma / 2); the full batch is the Gaussian under
+  replace-one.
 - ``ldp`` / ``cdp`` (user level): each step is a full Gaussian mechanism; replacing a user's data moves
   the clipped gradient by up to 2C, so the noise multiplier relative to the sensitivity is sigma / 2.
   For ``cdp`` the protected object is the average model (central threat model, complete graph).
-Composition over T = rounds * local_steps steps, conversion to (epsilon, delta) by dp-accounting.
+
+Composition over T = rounds x local steps. decpriv's own RDP (:mod:`decpriv.privacy.sampled_gaussian`) is
+the reported epsilon; dp-accounting's RDP (equal to it) and PLD (tighter where it applies) stand beside it
+in privacy.csv (:mod:`decpriv.privacy.library`).
 """
 
 import math
@@ -16,19 +20,18 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-from dp_accounting.rdp import RdpAccountant
 from scipy.optimize import brentq
 
 from decpriv.built import Setup
 from decpriv.config_types import Range, checked
+from decpriv.data.sampling import Sampler, sampler_of
 from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
+from decpriv.privacy.library import library_rdp_epsilon, pld_epsilon
+from decpriv.privacy.sampled_gaussian import sampled_gaussian_epsilon
 from decpriv.report.findings import Findings
 
 SIGMA_RANGE = (1e-2, 1e4)
-# Orders from 2 up: dp-accounting's fractional orders below 2 fail to converge for large sampling rates.
-ORDERS = [*np.linspace(2.0, 10.0, 33), *range(11, 64), 80, 128, 256, 512, 1024]
 
 
 def gradient_steps(setup: Setup) -> int:
@@ -45,26 +48,25 @@ RenyiOrder = Annotated[float, Range(gt=1, what="a Renyi order")]
 
 
 def gaussian_epsilon(
-    noise_multiplier: float, steps: int, delta: float, rate: float = 1.0
+    noise_multiplier: float, steps: int, delta: float, rate: float = 1.0, sampler: str = "poisson"
 ) -> tuple[float, float]:
-    """(epsilon, best order) of ``steps`` compositions of the (Poisson-subsampled) Gaussian mechanism."""
-    if noise_multiplier == 0:
-        return math.inf, math.nan
-    event: GaussianDpEvent | PoissonSampledDpEvent = GaussianDpEvent(noise_multiplier)
-    if rate < 1.0:
-        event = PoissonSampledDpEvent(rate, event)
-    accountant = RdpAccountant(orders=ORDERS)
-    accountant.compose(SelfComposedDpEvent(event, steps))
-    epsilon, order = accountant.get_epsilon_and_optimal_order(delta)
-    return float(epsilon), float(order)
+    """(epsilon, best order) of ``steps`` compositions of the (sampled) Gaussian mechanism; ``sampler`` is
+    ``poisson`` or ``without_replacement`` when ``rate`` < 1."""
+    return sampled_gaussian_epsilon(
+        sampler if rate < 1.0 else "gaussian", rate, noise_multiplier, steps, delta
+    )
 
 
-def calibrate_noise_multiplier(epsilon: float, delta: float, steps: int, rate: float, scale: float) -> float:
+def calibrate_noise_multiplier(
+    epsilon: float, delta: float, steps: int, rate: float, scale: float, sampler: str = "poisson"
+) -> float:
     """The defense's sigma whose run meets (epsilon, delta): root of eps(sigma / scale) = epsilon on log sigma
-    (epsilon decreases in sigma). ``scale`` maps sigma to the mechanism's noise multiplier (2 for user level)."""
+    (epsilon decreases in sigma). ``scale`` maps sigma to the mechanism's noise multiplier (2 for replace-one)."""
 
     def excess(log_sigma: float) -> float:
-        return math.log(gaussian_epsilon(math.exp(log_sigma) / scale, steps, delta, rate)[0] / epsilon)
+        return math.log(
+            gaussian_epsilon(math.exp(log_sigma) / scale, steps, delta, rate, sampler)[0] / epsilon
+        )
 
     low, high = (math.log(s) for s in SIGMA_RANGE)
     if excess(high) > 0:
@@ -89,15 +91,15 @@ class RenyiAccountant(Accountant):
         self.delta = delta
         self._target: float | None = None
 
-    def schedule(self, setup: Setup) -> tuple[int, np.ndarray, float]:
-        """(steps, per-node sampling rate, multiplier scale) of the configured run."""
-        protocol = setup.protocol
+    def schedule(self, setup: Setup) -> tuple[int, np.ndarray, float, Sampler]:
+        """(steps, per-node sampling rate, multiplier scale, sampler) of the configured run."""
+        protocol, mechanism = setup.protocol, setup.defense.mechanism()
         steps = gradient_steps(setup)
-        sizes = setup.local.mask.sum(1).numpy()
-        if setup.defense.mechanism().level == "example" and protocol.batch_size is not None:
-            rates = np.minimum(1.0, protocol.batch_size / sizes)
-            return steps, rates, 1.0
-        return steps, np.ones(len(sizes)), 2.0
+        if mechanism.level != "example":  # user level: the node's whole batch gradient, replace-one
+            return steps, np.ones(setup.network.n), 2.0, sampler_of("full", None)
+        sampler = sampler_of(mechanism.sampler, protocol.batch_size)
+        rates = sampler.rates(setup.local, protocol.batch_size).numpy()
+        return steps, rates, 1.0 if sampler.adjacency == "add_remove" else 2.0, sampler
 
     def check(self, setup: Setup) -> None:
         defense = setup.defense
@@ -124,36 +126,58 @@ class RenyiAccountant(Accountant):
                 "use topology=complete gossip_matrix=uniform, or defense=ldp",
             )
         if mechanism.target is not None:
-            steps, rates, scale = self.schedule(setup)
+            steps, rates, scale, sampler = self.schedule(setup)
             self._target = mechanism.target
             defense.calibrate(
-                calibrate_noise_multiplier(mechanism.target, self.delta, steps, float(rates.max()), scale)
+                calibrate_noise_multiplier(
+                    mechanism.target, self.delta, steps, float(rates.max()), scale, sampler.accounted_as
+                )
             )
 
     def account(self, setup: Setup) -> Findings:
         mechanism = setup.defense.mechanism()
-        steps, rates, scale = self.schedule(setup)
-        multiplier = mechanism.sigma / scale
-        unique, inverse = np.unique(rates, return_inverse=True)
-        results = [gaussian_epsilon(multiplier, steps, self.delta, float(q)) for q in unique]
-        epsilon = np.array([r[0] for r in results])[inverse]
-        order = np.array([r[1] for r in results])[inverse]
+        steps, rates, scale, sampler = self.schedule(setup)
+        multiplier, analysis = mechanism.sigma / scale, sampler.accounted_as
+        sizes = setup.local.counts.numpy()
+        unique, first, inverse = np.unique(rates, return_index=True, return_inverse=True)
+        per_rate = [
+            self.three_ways(analysis, float(q), multiplier, steps, int(sizes[i]))
+            for q, i in zip(unique, first, strict=True)
+        ]
+        own, order, library, pld = (np.array(column)[inverse] for column in zip(*per_rate, strict=True))
         central = mechanism.central
         table = pd.DataFrame(
             {
                 "source": np.arange(setup.network.n),
                 "observer": "average_model" if central else "any",
-                "epsilon": epsilon,
+                "epsilon": own,
                 "alpha": order,
                 "delta": self.delta,
+                "epsilon_dp_accounting_rdp": library,
+                "epsilon_dp_accounting_pld": pld,
                 "threat": "central" if central else "local",
-                "mechanism": "poisson_subsampled_gaussian" if mechanism.level == "example" else "gaussian",
+                "mechanism": f"{analysis}_gaussian" if analysis != "gaussian" else "gaussian",
+                "sampler": sampler.name,
+                "adjacency": sampler.adjacency,
                 "sampling_rate": rates,
                 "steps": steps,
                 "noise_multiplier": multiplier,
             }
         )
-        summary = {"epsilon": float(epsilon.max()), "delta": self.delta, "privacy_accountant": self.name}
+        summary = {
+            "epsilon": float(own.max()),
+            "epsilon_pld": float(pld.max()),
+            "delta": self.delta,
+            "privacy_accountant": self.name,
+            "sampler": sampler.name,
+            "adjacency": sampler.adjacency,
+        }
         if self._target is not None:
             summary["epsilon_target"] = self._target
         return Findings(tables={"privacy": table}, summary=summary)
+
+    def three_ways(self, analysis: str, q: float, multiplier: float, steps: int, size: int):
+        """decpriv's (epsilon, order), dp-accounting's RDP epsilon and its PLD epsilon for one rate."""
+        epsilon, order = sampled_gaussian_epsilon(analysis, q, multiplier, steps, self.delta)
+        library = library_rdp_epsilon(analysis, q, multiplier, steps, self.delta, size)
+        return epsilon, order, library, pld_epsilon(analysis, q, multiplier, steps, self.delta)

@@ -5,7 +5,8 @@
 
 All nodes at once: one batched gradient call per local step, one (sparse) matmul per gossip step. The
 adversary records the broadcast messages theta^{t+1/2} (and the intermediate gossip values when K > 1).
-Minibatches are ``batch_size`` distinct local samples, redrawn every local step.
+Minibatches are drawn every local step by the defense's sampler (:mod:`decpriv.data.sampling`: ``batch_size``
+distinct local samples, or Poisson sampling at rate batch_size / m_v for DP-SGD).
 
 A round allocates nothing of size (n, p) when the defense leaves gradients and the aggregation rule as they
 are and no active attack forges messages: the gradients land in one reused buffer (for linear/MLP models
@@ -151,7 +152,7 @@ class DSGD(Protocol):
         grad_buffer = torch.empty_like(theta) if plain_gradients and not fused else None
         spare = torch.empty_like(theta) if plain_exchange else None
         W = sim.network.gossip_operator(sim.device, dtype)
-        batches = sim.seeds.torch("batches", sim.device)
+        batches, sampler = sim.seeds.torch("batches", sim.device), sim.defense.sampler(self.batch_size)
         noise = sim.seeds.torch("defense.noise", sim.device)
         velocity = torch.zeros_like(theta) if self.momentum else None
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
@@ -165,7 +166,7 @@ class DSGD(Protocol):
             if t == self.rounds:
                 break
             for _ in range(self.local_steps):
-                x, y, w = local.batch(self.batch_size, batches)
+                x, y, w = sampler.draw(local, self.batch_size, batches)
                 if fused:
                     with torch.no_grad():
                         model.sgd_step_(theta, x, y, w.to(dtype), self.lr)

@@ -88,7 +88,8 @@ class FedAvg(Protocol):
         initial = global_model.clone()
         batches = sim.seeds.torch("batches", sim.device)
         noise = sim.seeds.torch("defense.noise", sim.device)
-        sampler = sim.seeds.torch("clients", sim.device)
+        clients_rng = sim.seeds.torch("clients", sim.device)
+        sampler = sim.defense.sampler(self.batch_size)
         weights = local.counts.to(global_model.dtype)
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
@@ -102,12 +103,12 @@ class FedAvg(Protocol):
                 sim.guard(t, theta)
             if t == self.rounds:
                 break
-            pick = torch.randperm(len(clients), generator=sampler, device=sampler.device)[:per_round]
+            pick = torch.randperm(len(clients), generator=clients_rng, device=clients_rng.device)[:per_round]
             chosen = clients[pick.to(sim.device)]
             sending = torch.zeros(n, dtype=torch.bool, device=sim.device)
             sending[chosen] = True
             for _ in range(steps):
-                x, y, w = local.batch(self.batch_size, batches)
+                x, y, w = sampler.draw(local, self.batch_size, batches)
                 theta = theta - self.lr * sim.defense.gradients(model, theta, x, y, w, t, noise)
             updates = sim.defense.messages(theta, t, noise)
             participants.append(sending.cpu())

@@ -76,7 +76,7 @@ class RandomWalkSGD(Protocol):
         model, local = sim.model, sim.local.astype(dtype)
         theta = model.init(1, sim.seeds.seed("init"), True).to(sim.device, dtype)
         path = self.walk(sim.network, sim.seeds.numpy("protocol.walk"))
-        batches = sim.seeds.torch("batches", sim.device)
+        batches, sampler = sim.seeds.torch("batches", sim.device), sim.defense.sampler(self.batch_size)
         noise = sim.seeds.torch("defense.noise", sim.device)
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
@@ -89,14 +89,8 @@ class RandomWalkSGD(Protocol):
             if t == self.rounds:
                 break
             v = int(path[t])
-            x, y, mask = local.x[v], local.y[v], local.mask[v]
-            if self.batch_size is None:
-                weight = mask.to(dtype)
-            else:
-                keys = torch.rand(mask.shape, generator=batches, device=batches.device).to(mask.device)
-                pick = keys.masked_fill(~mask, -1.0).topk(self.batch_size).indices
-                x, y, weight = x[pick], y[pick], torch.ones(self.batch_size, device=x.device, dtype=dtype)
-            g = sim.defense.gradients(model, theta, x[None], y[None], weight[None], t, noise)
+            x, y, weight = sampler.draw(local.node(v), self.batch_size, batches)
+            g = sim.defense.gradients(model, theta, x, y, weight.to(dtype), t, noise)
             theta = theta - self.lr * g
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
