@@ -166,3 +166,15 @@ def test_random_walk_audit_covers_every_pair_below_the_bound(tmp_path):
     assert len(table) == 30 and (table.epsilon_lower <= table.epsilon_accountant).all()
     # the model a neighbour last held carries the source's steps: some neighbour pair is detected
     assert table[table.distance == 1].epsilon_dp_lower.max() > 0
+
+
+def test_path_audit_can_be_rederived_from_its_table(tmp_path):
+    from test_dpsgd_sampler import rederived
+
+    table = audited(tmp_path, "protocol.rounds=1").reset_index()
+    rederived(table, order=2.0)
+    # the Gaussian-view bound is alpha mu^2 / 2, the assumption-free one never above it here
+    assert np.allclose(table.epsilon_lower, table.mu_lower**2, rtol=1e-12)
+    assert (table.epsilon_lower_assumption_free <= table.epsilon_lower + 1e-12).all()
+    seen = table.gaussianity_ks.notna()
+    assert seen.sum() == 4 and (table.gaussianity_ks[seen] < 0.05).all()

@@ -181,8 +181,13 @@ class LocalData:
         Returned padded to the largest batch drawn, ``weight`` marking the samples taken."""
         keys = torch.rand(self.mask.shape, generator=generator, device=generator.device).to(self.x.device)
         taken = (keys < rates[:, None].to(keys)) & self.mask
-        width = max(int(taken.sum(1).max()), 1)
-        # the taken samples first: their keys lifted above every other (keys are below 1)
-        pick = (keys + taken).topk(width, dim=1, sorted=False).indices
+        place = taken.cumsum(1) - 1  # each taken sample's slot in its node's batch, in local order
+        width = max(int(place[:, -1].max()) + 1, 1)
+        # untaken samples are scattered into a spare last column, then dropped
+        slots = torch.where(taken, place, width)
+        columns = torch.arange(taken.shape[1], device=taken.device).expand_as(taken)
+        pick = torch.zeros(self.n, width + 1, dtype=torch.long, device=taken.device)
+        pick = pick.scatter_(1, slots, columns)[:, :width]
+        weight = torch.arange(width, device=taken.device) < place[:, -1:] + 1
         rows = torch.arange(self.n, device=self.x.device)[:, None]
-        return self.x[rows, pick], self.y[rows, pick], taken[rows, pick].to(self.x.dtype)
+        return self.x[rows, pick], self.y[rows, pick], weight.to(self.x.dtype)

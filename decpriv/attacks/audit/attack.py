@@ -4,9 +4,11 @@ The auditor runs the mechanism itself (:mod:`decpriv.attacks.audit.mechanisms`) 
 neighbouring datasets, half under each (Steinke, Nasr, Jagielski, NeurIPS 2023: every node is a canary
 with its own random bit in every trial; the test of source u knows the other nodes' values, as a DP
 adversary knows both neighbouring datasets). Each audited pair's test is the likelihood-ratio test of the
-observer's view (:mod:`decpriv.attacks.audit.likelihood`), learnt and thresholded on ``fit_trials`` more.
-The error counts give lower bounds (:mod:`decpriv.attacks.audit.bounds`) that hold simultaneously over the
-pairs at ``confidence`` (Bonferroni). After accounting, :meth:`Audit.reconcile` puts the accountant's value
+observer's view (:mod:`decpriv.attacks.audit.likelihood`), learnt and thresholded on ``fit_trials`` more
+(DP-SGD's test is learnt from its trials: :mod:`decpriv.attacks.audit.subsampled`). The error counts give
+lower bounds (:mod:`decpriv.attacks.audit.bounds`) that hold simultaneously at ``confidence``: a union
+bound over every Clopper-Pearson limit stated, FPR and FNR at two thresholds for every pair. audit.csv
+keeps the counts, thresholds and per-limit alpha, so every bound can be re-derived from it. After accounting, :meth:`Audit.reconcile` puts the accountant's value
 beside each bound and fails the run where a bound exceeds it.
 """
 
@@ -18,19 +20,21 @@ import pandas as pd
 import torch
 
 from decpriv.adversary.view import AttackContext, View
-from decpriv.attacks.audit.bounds import dp_lower, gdp_lower, rates_upper
+from decpriv.attacks.audit.bounds import dp_lower, gdp_lower, rates_upper, renyi_lower
 from decpriv.attacks.audit.likelihood import (
+    Counted,
     LinearTest,
     choose_thresholds,
     error_counts,
     fit_test,
+    gaussianity,
     heldout_counts,
     noise_factor,
     statistics,
 )
 from decpriv.attacks.audit.plan import Audited, AuditPlan, plan_audit
 from decpriv.attacks.audit.reconcile import reconcile
-from decpriv.attacks.audit.subsampled import SubsampledTrials, canary_draw
+from decpriv.attacks.audit.subsampled import SampledTrials, canary_draw, learn_step_test
 from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
 from decpriv.config_types import Range, checked
@@ -42,6 +46,7 @@ from decpriv.rng import Seeds
 from decpriv.truth import Truth
 
 MEMORY = 2.5e8  # bytes of released values held at once (the trials run in chunks below it)
+LIMITS_PER_PAIR = 4  # FPR and FNR at the GDP threshold and at the (epsilon, delta) threshold
 
 
 @checked("attack")
@@ -83,22 +88,27 @@ class Audit(Attack):
     def run(self, view: View) -> pd.DataFrame:
         plan: AuditPlan = view.plan
         begin = time.perf_counter()
-        if isinstance(plan.trials, SubsampledTrials | WalkTrials):
-            draw = (canary_draw if isinstance(plan.trials, SubsampledTrials) else walk_draw)(
-                plan.trials, view.seeds
-            )
-            pairs = sum(len(o.sources) for o in plan.observers)
-            alpha = (1.0 - self.confidence) / (2 * pairs)
-            counts = heldout_counts(
+        pairs = sum(len(o.sources) for o in plan.observers)
+        alpha = (1.0 - self.confidence) / (LIMITS_PER_PAIR * pairs)
+        if isinstance(plan.trials, SampledTrials | WalkTrials):
+            sampled = isinstance(plan.trials, SampledTrials)
+            draw = (canary_draw if sampled else walk_draw)(plan.trials, view.seeds)
+            counted = heldout_counts(
                 draw,
                 self.fit_trials,
                 self.trials,
-                self.chunk_size(0, pairs),
+                self.chunk_size(plan.trials.steps if sampled else 0, pairs),
                 alpha,
                 plan.currency.delta,
                 pairs,
+                learn_step_test if sampled else None,
             )
-            return self.bounds(plan, counts, alpha).assign(seconds=time.perf_counter() - begin)
+        else:
+            counted = self.linear_counts(plan, view, alpha)
+        return self.bounds(plan, counted, alpha).assign(seconds=time.perf_counter() - begin)
+
+    def linear_counts(self, plan: AuditPlan, view: View, alpha: float) -> Counted:
+        """A linear Gaussian view: the likelihood-ratio test fitted on the fit trials, counted on the rest."""
         unit, senders = plan.trials.run(
             plan.clip * torch.eye(plan.n, dtype=torch.float64),
             Seeds(view.seeds.seed("attack.audit.unit")),
@@ -106,11 +116,11 @@ class Audit(Attack):
         )
         response = unit / plan.clip  # (B, rows, n): the view's mean per unit contribution of each node
         sources = np.concatenate([o.sources for o in plan.observers])
-        alpha = (1.0 - self.confidence) / (2 * len(sources))  # Bonferroni: FPR and FNR of every pair
         noise, signs = self.draw(plan, response, view, "fit", self.fit_trials)
         test = self.tests(plan, response, senders, noise)
         t = statistics(test, noise, signs[sources], plan.clip)
         tau = choose_thresholds(t, signs[sources], alpha, plan.currency.delta)
+        ks = gaussianity(t.numpy(), signs[sources].numpy() < 0)
         del noise, t
         counts = np.zeros((2, 4, len(sources)), dtype=np.int64)
         size = self.chunk_size(response.shape[0] * response.shape[1], len(sources))
@@ -120,8 +130,7 @@ class Audit(Attack):
             negative = signs[sources].numpy() < 0
             counts[0] += error_counts(t, negative, tau.gdp)
             counts[1] += error_counts(t, negative, tau.dp)
-        table = self.bounds(plan, counts, alpha)
-        return table.assign(seconds=time.perf_counter() - begin)
+        return Counted(counts, np.stack([tau.gdp, tau.dp]), ks)
 
     @staticmethod
     def tests(
@@ -154,21 +163,43 @@ class Audit(Attack):
         )
         return released - torch.einsum("brn,nd->brd", response, plan.clip * signs), signs
 
-    def bounds(self, plan: AuditPlan, counts: np.ndarray, alpha: float) -> pd.DataFrame:
+    def bounds(self, plan: AuditPlan, counted: Counted, alpha: float) -> pd.DataFrame:
+        """Per pair: the bounds, and everything they are computed from (counts, thresholds, alpha)."""
+        currency, counts = plan.currency, counted.counts
         fpr, fnr = rates_upper(*counts[0], alpha)
         fpr_dp, fnr_dp = rates_upper(*counts[1], alpha)
-        mu, dp = gdp_lower(fpr, fnr), dp_lower(fpr_dp, fnr_dp, plan.currency.delta)
+        mu, dp = gdp_lower(fpr, fnr), dp_lower(fpr_dp, fnr_dp, currency.delta)
+        if currency.alpha:  # Renyi currency: the Bernoulli bound needs no assumption on the view
+            free = np.maximum(
+                renyi_lower(currency.alpha, fpr, fnr), renyi_lower(currency.alpha, fpr_dp, fnr_dp)
+            )
+        else:
+            free = dp
         table = pd.DataFrame(
             {
                 "source": np.concatenate([o.sources for o in plan.observers]),
                 "observer": np.concatenate(
                     [np.full(len(o.sources), o.label, dtype=object) for o in plan.observers]
                 ),
-                "mu_lower": mu,
-                "epsilon_lower": [plan.currency.of_mu(m) for m in mu] if plan.currency.gaussian_view else dp,
+                "epsilon_lower": [currency.of_mu(m) for m in mu] if currency.gaussian_view else free,
+                "epsilon_lower_assumption_free": free,
                 "epsilon_dp_lower": dp,
+                "gaussian_view": currency.gaussian_view,
+                "gaussianity_ks": counted.ks,
+                "mu_lower": mu,
                 "fpr_upper": fpr,
                 "fnr_upper": fnr,
+                "fpr_dp_upper": fpr_dp,
+                "fnr_dp_upper": fnr_dp,
+                **{
+                    f"{row}_{name}": counts[i, j]
+                    for i, row in enumerate(("gdp", "dp"))
+                    for j, name in enumerate(("false_positives", "negatives", "false_negatives", "positives"))
+                },
+                "gdp_threshold": counted.thresholds[0],
+                "dp_threshold": counted.thresholds[1],
+                "alpha_per_limit": alpha,
+                "delta": currency.delta,
             }
         )
         if plan.distance is not None:
@@ -191,4 +222,4 @@ class Audit(Attack):
 
     def reconcile(self, report: Findings, plan: AuditPlan) -> None:
         """After accounting: the accountant's value beside each bound; fails the run on a violation."""
-        reconcile(report, plan.currency)
+        reconcile(report, plan)

@@ -9,6 +9,10 @@ D0 and false-negative rate FNR under D1. With FPR_hi, FNR_hi one-sided Clopper-P
   FPR + e^eps FNR >= 1 - delta and FNR + e^eps FPR >= 1 - delta, so
   eps >= max(log((1 - delta - FNR_hi) / FPR_hi), log((1 - delta - FPR_hi) / FNR_hi)).
 
+- Renyi divergence of order alpha, with no assumption on the view: the test's decision is a post-processing
+  of the view, so D_alpha(view under D1 || under D0) >= D_alpha(Bern(1 - FNR) || Bern(FPR)) (data
+  processing, van Erven and Harremoes, IEEE Trans. Inf. Theory 2014, Thm. 9), smallest at the upper limits.
+
 The thresholds are chosen on held-out trials (no selection bias); ``alpha`` is the error probability each
 limit is allowed (Bonferroni over every limit the audit states).
 """
@@ -43,3 +47,17 @@ def rates_upper(false_pos, negatives, false_neg, positives, alpha: float):
     return clopper_pearson_upper(false_pos, negatives, alpha), clopper_pearson_upper(
         false_neg, positives, alpha
     )
+
+
+def bernoulli_renyi(order: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """D_order(Bern(a) || Bern(b)), in nats."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inside = a**order * b ** (1 - order) + (1 - a) ** order * (1 - b) ** (1 - order)
+        return np.nan_to_num(np.log(inside) / (order - 1), nan=0.0)
+
+
+def renyi_lower(order: float, fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+    """Smallest Renyi divergence (either direction) consistent with error rates at most (FPR_hi, FNR_hi)."""
+    useful = 1.0 - fnr_hi > fpr_hi
+    both = np.maximum(bernoulli_renyi(order, 1 - fnr_hi, fpr_hi), bernoulli_renyi(order, fpr_hi, 1 - fnr_hi))
+    return np.where(useful, np.maximum(both, 0.0), 0.0)

@@ -1,67 +1,108 @@
-"""DP-SGD audited with a gradient canary (Nasr et al., IEEE S&P 2021, Sec. 4: the adversary inserts an
-example whose clipped gradient it chooses; Nasr et al., USENIX Security 2023: white-box, every update seen).
+"""DP-SGD audited through the code that trains (Nasr et al., IEEE S&P 2021, Sec. 4: a canary whose clipped
+gradient the adversary chooses; Nasr et al., USENIX Security 2023: white-box, every update seen; Chua et al.,
+ICML 2024: the sampler decides the adjacency).
 
-The neighbouring datasets differ by one canary example of the audited node (add/remove, the accountant's
-adjacency) whose clipped gradient is C along one coordinate, every other example's gradient being zero (the
-worst case for the noisy sum). Each step includes the canary with probability q (the accountant's Poisson
-sampling; decpriv's sampler draws fixed-size batches, the usual stand-in), and the defense's own
-``gradients`` adds its noise to the clipped per-example sum. Each coordinate is one trial. The test is the
-likelihood ratio of the whole run: per step z = sum / (sigma C) is N(0, 1) without the canary and the
-mixture (1 - q) N(0, 1) + q N(1/sigma, 1) with it, so LLR = sum_t log(1 - q + q exp(z_t / sigma - 1 / (2
-sigma^2))).
+A trial is one copy of the audited node: a local set of its size m whose slot 0 holds the canary. Every step,
+the defense's own sampler (:meth:`Sampler.draw`, what D-SGD calls) draws the batch and the defense's own
+``gradients`` clips each example, sums, adds its noise and normalises; trials are the rows of one batched
+call. Per-example gradients are the worst case for the sampler's adjacency:
+
+- ``poisson`` (add/remove): the canary's gradient is +C when present, 0 when removed; every other example's 0.
+- ``fixed`` and the full batch (replace-one): the canary's gradient is +C, or -C once replaced; every other
+  example's -C, so a drawn canary moves the sum by 2C.
+
+The observer sees the node's T released updates. Its test is learnt from trials alone (never from sigma or
+the rate): the steps are iid given the dataset, so the log-likelihood ratio is a sum over steps of one
+function of the update, estimated as the log-odds of an isotonic regression of the dataset on the update.
 """
-
-import math
 
 import numpy as np
 import torch
+from sklearn.isotonic import IsotonicRegression
 
+from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.rng import Seeds
 
-
-class CanaryExamples:
-    """A model whose per-example gradients are given: (1, b, D, 1), the canary in slot 0."""
-
-    def __init__(self, gradients: torch.Tensor):
-        self.gradients = gradients
-
-    def example_gradients(self, theta, x, y) -> torch.Tensor:
-        return self.gradients
+BLIND_SPOTS = (
+    "the other nodes (the node with the largest sampling rate is audited), gossip's mixing (the observer "
+    "sees the node's own updates, the strongest view), and gradients computed from real examples (the "
+    "canary's is chosen)"
+)
 
 
-class SubsampledTrials:
-    """``steps`` DP-SGD updates of one node with sampling rate ``rate`` and batches of ``batch`` examples."""
+class SlotGradients:
+    """A model whose per-example gradient is fixed by the example's slot: ``canary`` (D,) in slot 0 of each
+    trial, ``other`` elsewhere. The slot index is the example's feature."""
 
-    def __init__(self, defense: Defense, steps: int, rate: float, batch: int):
-        self.defense, self.steps, self.rate, self.batch = defense, steps, rate, batch
+    def __init__(self, canary: torch.Tensor, other: float):
+        self.canary, self.other = canary, other
 
-    def statistics(self, present: torch.Tensor, seeds: Seeds) -> torch.Tensor:
-        """(D,) log-likelihood ratio of every trial; ``present`` (D,) bool marks the trials with the canary."""
-        clip, sigma = self.defense.clip, self.defense.sigma
-        noise, sampler = seeds.torch("defense.noise"), seeds.torch("audit.sampling")
-        weight = torch.ones(1, self.batch, 1, dtype=torch.float64)
-        llr = torch.zeros(len(present), dtype=torch.float64)
-        log_keep, log_rate = math.log1p(-self.rate) if self.rate < 1 else -math.inf, math.log(self.rate)
+    def example_gradients(self, theta, x: torch.Tensor, y) -> torch.Tensor:
+        slot = x[..., 0]
+        other = torch.full_like(slot, self.other)
+        return torch.where(slot == 0, self.canary[:, None], other)[..., None]
+
+
+class SampledTrials:
+    """``steps`` DP-SGD updates of a node with ``size`` examples and batch size ``batch``, per trial."""
+
+    def __init__(self, defense: Defense, steps: int, size: int, batch: int | None):
+        self.defense, self.steps, self.size, self.batch = defense, steps, size, batch
+        self.sampler = defense.sampler(batch)
+
+    def gradients(self) -> tuple[float, float, float]:
+        """(canary present, canary absent or replaced, every other example) for the sampler's adjacency."""
+        clip = self.defense.clip
+        return (clip, 0.0, 0.0) if self.sampler.adjacency == "add_remove" else (clip, -clip, -clip)
+
+    def local_sets(self, trials: int) -> LocalData:
+        """``trials`` copies of the node's set, features = slot indices (views: nothing of size trials x m)."""
+        m = self.size
+        slots = torch.arange(m, dtype=torch.float64).view(1, m, 1).expand(trials, m, 1)
+        return LocalData(
+            x=slots,
+            y=torch.zeros(1, m, dtype=torch.long).expand(trials, m),
+            mask=torch.ones(1, m, dtype=torch.bool).expand(trials, m),
+            counts=torch.full((trials,), m),
+            indices=(),
+        )
+
+    def updates(self, present: torch.Tensor, seeds: Seeds) -> torch.Tensor:
+        """(steps, D) released updates; ``present`` (D,) bool marks the trials under the canary's dataset."""
+        with_canary, without, other = self.gradients()
+        model = SlotGradients(torch.where(present, with_canary, without).to(torch.float64), other)
+        local = self.local_sets(len(present))
+        batches, noise = seeds.torch("batches"), seeds.torch("defense.noise")
+        out = torch.empty(self.steps, len(present), dtype=torch.float64)
         for t in range(self.steps):
-            included = present & (
-                torch.rand(len(present), generator=sampler, dtype=torch.float64) < self.rate
-            )
-            examples = torch.zeros(1, self.batch, len(present), 1, dtype=torch.float64)
-            examples[0, 0, :, 0] = clip * included
-            update = self.defense.gradients(CanaryExamples(examples), None, None, None, weight, t, noise)
-            z = update[0, :, 0] * self.batch / (sigma * clip)  # the noisy sum over sigma C
-            llr += torch.logaddexp(torch.tensor(log_keep), log_rate + z / sigma - 0.5 / sigma**2)
-        return llr
+            x, y, weight = self.sampler.draw(local, self.batch, batches)
+            out[t] = self.defense.gradients(model, None, x, y, weight.to(torch.float64), t, noise)[:, 0]
+        return out
 
 
-def canary_draw(trials: SubsampledTrials, seeds):
-    """``draw(name, size)`` of :func:`heldout_counts`: balanced canary presence, the run's statistics."""
+def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
+    """The statistic sum_t phi(u_t), phi the log-odds of the dataset given one update, fitted by isotonic
+    regression on the fit trials' (steps, F) updates (balanced signs: log-odds = log-likelihood ratio)."""
+    steps, trials = updates.shape
+    floor = 1.0 / (2 * steps * trials)  # no fitted probability of exactly 0 or 1: a finite log-odds
+    label = (signs > 0).to(torch.float64).expand(steps, trials)
+    fit = IsotonicRegression(increasing="auto", y_min=floor, y_max=1 - floor, out_of_bounds="clip")
+    fit.fit(updates.reshape(-1).numpy(), label.reshape(-1).numpy())
+
+    def statistic(u: torch.Tensor) -> torch.Tensor:
+        p = fit.predict(u.reshape(-1).numpy()).reshape(u.shape)
+        return torch.from_numpy(np.log(p) - np.log1p(-p)).sum(0)[None]
+
+    return statistic
+
+
+def canary_draw(trials: SampledTrials, seeds):
+    """``draw(name, size)`` of :func:`heldout_counts`: balanced canary presence, the released updates."""
 
     def draw(name: str, size: int):
         rng = seeds.numpy(f"attack.audit.signs.{name}")
         signs = torch.from_numpy(rng.permutation(np.repeat([-1.0, 1.0], size // 2)))
-        t = trials.statistics(signs > 0, Seeds(seeds.seed(f"attack.audit.noise.{name}")))
-        return t[None], signs[None]
+        return trials.updates(signs > 0, Seeds(seeds.seed(f"attack.audit.noise.{name}"))), signs[None]
 
     return draw
