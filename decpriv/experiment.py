@@ -405,6 +405,8 @@ def _pipeline(
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
+                # what a privacy number holds for: the batch sampler and the accountant's adjacency
+                **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
             }
         )
     except BaseException as error:

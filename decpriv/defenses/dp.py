@@ -148,9 +148,6 @@ class DPSGD(GaussianDefense):
             "gradients", self.clip, self.sigma, self.level, target=self.epsilon, sampler=self.batch_sampler
         )
 
-    def summary(self) -> dict[str, Any]:
-        return {**super().summary(), "sampler": self.batch_sampler}
-
 
 class LocalDP(GaussianDefense):
     """User-level local DP: the node's batch gradient clipped to C plus N(0, sigma^2 C^2 I)."""

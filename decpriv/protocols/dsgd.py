@@ -192,6 +192,7 @@ class DSGD(Protocol):
                 theta = self.mix(W, messages, t, sim)
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
+        summary["sampler"] = sampler.name  # how each local step drew its batch
         public = {"initial_model": initial[0]} if self.same_init else {}
         truth = {"initial_states": initial, **sim.recorder.truth()}
         return Outcome(history, theta, summary, truth=truth, public=public)

@@ -115,6 +115,7 @@ class FedAvg(Protocol):
             global_model = sim.defense.federate(updates, weights, chosen, global_model, sim.recorder, t)
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
+        summary["sampler"] = sampler.name  # how each local step drew its batch
         public = {"initial_model": initial, "participants": torch.stack(participants)}
         final = global_model.expand(n, -1).clone()
         return Outcome(history, final, summary, truth=sim.recorder.truth(), public=public)

@@ -94,6 +94,7 @@ class RandomWalkSGD(Protocol):
             theta = theta - self.lr * g
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds, self.average_last)
+        summary["sampler"] = sampler.name  # how each local step drew its batch
         visits = np.bincount(path, minlength=sim.network.n)
         summary["walk_nodes_visited"] = int((visits > 0).sum())
         final = theta.expand(local.n, -1).clone()

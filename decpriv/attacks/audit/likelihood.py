@@ -21,7 +21,8 @@ from scipy.stats import norm
 from decpriv.attacks.audit.bounds import clopper_pearson_upper, dp_lower, gdp_lower
 from decpriv.report.progress import updates
 
-QUANTILES = 199  # candidate thresholds per source, at quantiles of its fit statistics
+QUANTILES = 199  # candidate thresholds per source, at quantiles of its fit statistics...
+TAIL = 60  # ... and at log-spaced ranks into either tail, where a large epsilon's threshold lies
 
 
 class LinearTest(NamedTuple):
@@ -92,6 +93,15 @@ class Thresholds(NamedTuple):
     dp: np.ndarray  # (k,) ... the (epsilon, delta) bound
 
 
+def candidate_ranks(F: int) -> np.ndarray:
+    """Ranks among F sorted statistics tried as thresholds: evenly spaced quantiles, and ranks whose tail
+    share runs geometrically from 10% down to a few trials (a high-epsilon test rejects rarely)."""
+    even = np.linspace(0, F - 1, QUANTILES + 2).round().astype(int)[1:-1]
+    share = np.geomspace(0.1, min(0.1, 3.0 / F), TAIL)
+    tails = np.concatenate([(F - 1) * share, (F - 1) * (1 - share)]).round().astype(int)
+    return np.unique(np.concatenate([even, tails]))
+
+
 def choose_thresholds(t: torch.Tensor, signs: torch.Tensor, alpha: float, delta: float) -> Thresholds:
     """Per source, among quantiles of its fit statistics, the thresholds whose bounds on the fit trials
     (Clopper-Pearson at ``alpha``) are largest. Each source has as many trials under either dataset."""
@@ -99,7 +109,7 @@ def choose_thresholds(t: torch.Tensor, signs: torch.Tensor, alpha: float, delta:
     k, F = t.shape
     t0 = np.sort(t[negative].reshape(k, -1), axis=1)
     t1 = np.sort(t[~negative].reshape(k, -1), axis=1)
-    at = np.linspace(0, F - 1, QUANTILES + 2).round().astype(int)[1:-1]
+    at = candidate_ranks(F)
     tau = np.sort(t, axis=1)[:, at]  # (k, Q)
     n0, n1 = t0.shape[1], t1.shape[1]
     fp = n0 - np.stack([np.searchsorted(a, b, side="right") for a, b in zip(t0, tau, strict=True)])
