@@ -166,7 +166,8 @@ class RenyiAccountant(Accountant):
         )
         summary = {
             "epsilon": float(own.max()),
-            "epsilon_pld": float(pld.max()),
+            "epsilon_dp_accounting_rdp": float(library.max()),
+            "epsilon_dp_accounting_pld": float(pld.max()),
             "delta": self.delta,
             "privacy_accountant": self.name,
             "sampler": sampler.name,

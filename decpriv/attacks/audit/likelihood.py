@@ -95,9 +95,9 @@ class Thresholds(NamedTuple):
 
 def candidate_ranks(F: int) -> np.ndarray:
     """Ranks among F sorted statistics tried as thresholds: evenly spaced quantiles, and ranks whose tail
-    share runs geometrically from 10% down to a few trials (a high-epsilon test rejects rarely)."""
+    share runs geometrically from 10% down to 50 trials (a high-epsilon test rejects rarely)."""
     even = np.linspace(0, F - 1, QUANTILES + 2).round().astype(int)[1:-1]
-    share = np.geomspace(0.1, min(0.1, 3.0 / F), TAIL)
+    share = np.geomspace(0.1, min(0.1, 50.0 / F), TAIL)  # rarer: too few fit trials to place it
     tails = np.concatenate([(F - 1) * share, (F - 1) * (1 - share)]).round().astype(int)
     return np.unique(np.concatenate([even, tails]))
 

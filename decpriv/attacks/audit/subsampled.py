@@ -12,13 +12,15 @@ call. Per-example gradients are the worst case for the sampler's adjacency:
   example's -C, so a drawn canary moves the sum by 2C.
 
 The observer sees the node's T released updates. Its test is learnt from trials alone (never from sigma or
-the rate): the steps are iid given the dataset, so the log-likelihood ratio is a sum over steps of one
-function of the update, estimated as the log-odds of an isotonic regression of the dataset on the update.
+the rate): the steps are iid given the dataset, so the log-likelihood ratio is a sum over steps of one function of
+the update, the log-odds of the dataset given the update, fitted on the fit trials in the three-parameter
+family of a shifted mixture's likelihood ratio (:func:`step_log_odds`).
 """
+
+import math
 
 import numpy as np
 import torch
-from sklearn.isotonic import IsotonicRegression
 
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
@@ -81,18 +83,43 @@ class SampledTrials:
         return out
 
 
+def step_log_odds(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """log(1 - a + a exp(b x + c)), a = sigmoid(params[0]): the log-likelihood ratio of a shifted mixture
+    a N(shift) + (1 - a) N(0) against N(0) has this form in any noise scale."""
+    a = torch.sigmoid(params[0])
+    return torch.logaddexp(torch.log1p(-a), torch.log(a) + params[1] * x + params[2])
+
+
 def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
-    """The statistic sum_t phi(u_t), phi the log-odds of the dataset given one update, fitted by isotonic
-    regression on the fit trials' (steps, F) updates (balanced signs: log-odds = log-likelihood ratio)."""
+    """The statistic sum_t phi(u_t): phi the log-odds of the dataset given one update, fitted by maximum
+    likelihood (logistic loss, L-BFGS) on the fit trials' (steps, F) updates within the family
+    :func:`step_log_odds`, whose three parameters (mixing weight, slope, offset) are learnt, not read
+    from sigma or the rate. Balanced signs: the log-odds is the log-likelihood ratio."""
     steps, trials = updates.shape
-    floor = 1.0 / (2 * steps * trials)  # no fitted probability of exactly 0 or 1: a finite log-odds
-    label = (signs > 0).to(torch.float64).expand(steps, trials)
-    fit = IsotonicRegression(increasing="auto", y_min=floor, y_max=1 - floor, out_of_bounds="clip")
-    fit.fit(updates.reshape(-1).numpy(), label.reshape(-1).numpy())
+    centre, scale = float(updates.mean()), float(updates.std())
+    x = ((updates - centre) / scale).reshape(-1)
+    label = (signs > 0).to(torch.float64).expand(steps, trials).reshape(-1)
+    best, best_loss = None, math.inf
+    for slope in (1.0, -1.0):  # either direction of the shift
+        params = torch.tensor([-2.0, slope, -0.5], dtype=torch.float64, requires_grad=True)
+        optimiser = torch.optim.LBFGS([params], max_iter=300, line_search_fn="strong_wolfe")
+
+        def loss():
+            optimiser.zero_grad()
+            value = torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
+            value.backward()
+            return value
+
+        optimiser.step(loss)
+        with torch.no_grad():
+            value = float(
+                torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
+            )
+        if value < best_loss:
+            best, best_loss = params.detach(), value
 
     def statistic(u: torch.Tensor) -> torch.Tensor:
-        p = fit.predict(u.reshape(-1).numpy()).reshape(u.shape)
-        return torch.from_numpy(np.log(p) - np.log1p(-p)).sum(0)[None]
+        return step_log_odds((u - centre) / scale, best).sum(0)[None]
 
     return statistic
 
