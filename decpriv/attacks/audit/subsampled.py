@@ -17,8 +17,6 @@ the update, the log-odds of the dataset given the update, fitted on the fit tria
 family of a shifted mixture's likelihood ratio (:func:`step_log_odds`).
 """
 
-import math
-
 import numpy as np
 import torch
 
@@ -90,6 +88,23 @@ def step_log_odds(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     return torch.logaddexp(torch.log1p(-a), torch.log(a) + params[1] * x + params[2])
 
 
+def fit_log_odds(x: torch.Tensor, label: torch.Tensor, slope: float) -> tuple[torch.Tensor, float]:
+    """(parameters, logistic loss) of :func:`step_log_odds` fitted by L-BFGS from a start of this slope."""
+    params = torch.tensor([-2.0, slope, -0.5], dtype=torch.float64, requires_grad=True)
+    optimiser = torch.optim.LBFGS([params], max_iter=300, line_search_fn="strong_wolfe")
+
+    def loss():
+        optimiser.zero_grad()
+        value = torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
+        value.backward()
+        return value
+
+    optimiser.step(loss)
+    with torch.no_grad():
+        final = torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
+    return params.detach(), float(final)
+
+
 def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
     """The statistic sum_t phi(u_t): phi the log-odds of the dataset given one update, fitted by maximum
     likelihood (logistic loss, L-BFGS) on the fit trials' (steps, F) updates within the family
@@ -99,24 +114,8 @@ def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
     centre, scale = float(updates.mean()), float(updates.std())
     x = ((updates - centre) / scale).reshape(-1)
     label = (signs > 0).to(torch.float64).expand(steps, trials).reshape(-1)
-    best, best_loss = None, math.inf
-    for slope in (1.0, -1.0):  # either direction of the shift
-        params = torch.tensor([-2.0, slope, -0.5], dtype=torch.float64, requires_grad=True)
-        optimiser = torch.optim.LBFGS([params], max_iter=300, line_search_fn="strong_wolfe")
-
-        def loss():
-            optimiser.zero_grad()
-            value = torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
-            value.backward()
-            return value
-
-        optimiser.step(loss)
-        with torch.no_grad():
-            value = float(
-                torch.nn.functional.binary_cross_entropy_with_logits(step_log_odds(x, params), label)
-            )
-        if value < best_loss:
-            best, best_loss = params.detach(), value
+    fits = [fit_log_odds(x, label, slope) for slope in (1.0, -1.0)]  # either direction of the shift
+    best = min(fits, key=lambda fit: fit[1])[0]
 
     def statistic(u: torch.Tensor) -> torch.Tensor:
         return step_log_odds((u - centre) / scale, best).sum(0)[None]
