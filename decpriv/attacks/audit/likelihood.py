@@ -102,9 +102,13 @@ def candidate_ranks(F: int) -> np.ndarray:
     return np.unique(np.concatenate([even, tails]))
 
 
-def choose_thresholds(t: torch.Tensor, signs: torch.Tensor, alpha: float, delta: float) -> Thresholds:
-    """Per source, among quantiles of its fit statistics, the thresholds whose bounds on the fit trials
-    (Clopper-Pearson at ``alpha``) are largest. Each source has as many trials under either dataset."""
+def choose_thresholds(
+    t: torch.Tensor, signs: torch.Tensor, alpha: float, delta: float, eval_trials: int | None = None
+) -> Thresholds:
+    """Per source, among candidate ranks of its fit statistics, the thresholds whose bounds are largest when
+    the fit trials' error rates are projected onto ``eval_trials`` (Clopper-Pearson at ``alpha`` on the
+    counts the evaluation would see: the deeper tail a larger evaluation can certify). Each source has as
+    many trials under either dataset."""
     t, negative = t.numpy(), signs.numpy() < 0
     k, F = t.shape
     t0 = np.sort(t[negative].reshape(k, -1), axis=1)
@@ -114,7 +118,9 @@ def choose_thresholds(t: torch.Tensor, signs: torch.Tensor, alpha: float, delta:
     n0, n1 = t0.shape[1], t1.shape[1]
     fp = n0 - np.stack([np.searchsorted(a, b, side="right") for a, b in zip(t0, tau, strict=True)])
     fn = np.stack([np.searchsorted(a, b, side="right") for a, b in zip(t1, tau, strict=True)])
-    fpr, fnr = clopper_pearson_upper(fp, n0, alpha), clopper_pearson_upper(fn, n1, alpha)
+    scale = (eval_trials or F) / F
+    fpr = clopper_pearson_upper(fp * scale, n0 * scale, alpha)
+    fnr = clopper_pearson_upper(fn * scale, n1 * scale, alpha)
     rows = np.arange(k)
     return Thresholds(
         tau[rows, gdp_lower(fpr, fnr).argmax(1)], tau[rows, dp_lower(fpr, fnr, delta).argmax(1)]
@@ -141,7 +147,7 @@ def heldout_counts(
     views, signs = draw("fit", fit)
     statistic = learn(views, signs) if learn is not None else (lambda v: v)
     t = statistic(views)
-    tau = choose_thresholds(t, signs, alpha, delta)
+    tau = choose_thresholds(t, signs, alpha, delta, total)
     ks = gaussianity(t.numpy(), signs.numpy() < 0)
     counts = np.zeros((2, 4, pairs), dtype=np.int64)
     for index, start in enumerate(range(0, total, chunk)):
