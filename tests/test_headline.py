@@ -74,7 +74,7 @@ def test_run_table_runs_and_show_lead_with_the_attack(tmp_path):
     assert "baseline: 97.5% point of a shuffled-membership null" in proc.stdout
     index = run_cli("runs", "--root", str(tmp_path), "--format", "csv", check=True)
     table = pd.read_csv(io.StringIO(index.stdout))
-    assert list(table.columns[:4]) == ["run", "attack", "headline", "value"]
+    assert list(table.columns[:6]) == ["run", "status", "value", "baseline", "better", "headline"]
     assert table.attack[0] == "mia" and table.headline[0] == entries[0]["metric"]
     assert table.baseline[0] == pytest.approx(summary[entries[0]["baseline"]])
 

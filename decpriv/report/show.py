@@ -177,9 +177,9 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
 
 
 def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's summary for reading: job, the swept keys, the attack's headline (each cell beside its
-    baseline: ``0.5675 vs 0.5422 ✓``), the training metrics, then status and the other metrics that
-    differ between jobs; no config columns.
+    """A sweep's summary for reading: job, status, the attack's headline (each cell beside its baseline:
+    ``0.5675 vs 0.5422 ✓``), the swept keys, the training metrics, then the other metrics that differ
+    between jobs; no config columns.
 
     The swept keys come from multirun.yaml (else the config columns that vary), the metric names and the
     headline from the jobs' run.json files: the jobs' summary.csv files are not read again."""
@@ -193,8 +193,19 @@ def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
         lead.append(entry["metric"])
     training = [m for m in headline.TRAINING if m in names]
     rest = [m for m in without_details(names) if table[m].nunique(dropna=True) > 1]
-    front = ["job", *keys, *lead, *training, "status", *rest]
+    front = ["job", "status", *lead, *keys, *training, *rest]
     return table[[c for c in dict.fromkeys(front) if c in table]]
+
+
+def failed_lines(table: pd.DataFrame, most: int = 5) -> list[str]:
+    """``job 2 failed: <first line of its error>`` for the jobs that did not complete (the first few)."""
+    failed = table[table["status"] != "completed"]
+    errors = failed["error"] if "error" in failed else pd.Series("", index=failed.index)
+    lines = [
+        f"job {job} {status}: {str(error).splitlines()[0] if isinstance(error, str) and error else 'no error recorded'}"
+        for job, status, error in zip(failed["job"], failed["status"], errors, strict=True)
+    ]
+    return lines[:most] + ([f"... and {len(lines) - most} more (summary.csv)"] if len(lines) > most else [])
 
 
 def _pictures_line(run: Path, sweep: bool) -> str | None:
@@ -241,8 +252,13 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             continue
         elif file.stem == "summary" and "job" in frame:
             sweep = True
+            errors = failed_lines(frame)
             frame = _sweep_columns(run, frame)
             title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
+            print_frame(frame, title, console, rows, more=f"{file.name}")
+            for line in errors:
+                console.print(line, highlight=False)
+            continue
         print_frame(frame, title, console, rows, more=f"{file.name}")
     pictures = _pictures_line(run, sweep)
     if pictures:
@@ -273,15 +289,33 @@ def print_diff(
     config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
     if not brief:
         console.print(f"A: [bold]{a}[/]\nB: [bold]{b}[/]", highlight=False)
+        lead = headline_pair(a, b)
+        if len(lead):
+            print_frame(lead, "headline (value vs its baseline)", console, rows=len(lead))
         for title, frame in (("config that differs", config), ("metrics that differ", metrics)):
             if len(frame):
                 print_frame(frame, f"{title} ({len(frame)})", console, rows=20, more="--format csv")
         for d in differ:
             line = _table_line(d, cells=d.name != "summary")
             if not line.endswith(": "):
-                console.print(line, highlight=False, soft_wrap=True)
+                # one part a line when the whole does not fit: a row's keys are never cut mid-word
+                parts = [line] if len(line) <= console.width else line.split("; ")
+                console.print("\n  ".join(parts), highlight=False)
     console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
     return 1 if differ else 0
+
+
+def headline_pair(a: Path, b: Path) -> pd.DataFrame:
+    """Two runs' headlines side by side, each value beside its own baseline (``0.8287 vs 0.63 ✓``):
+    whether the finding changed, before the cells that differ. Empty for sweeps."""
+    if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
+        return pd.DataFrame()
+    rows = []
+    summary_a, summary_b = (read_table(x / "summary.csv").iloc[0] for x in (a, b))
+    for entry in headline.of_run(read_status(a), summary_a.to_dict()):
+        cells = [headline.label(entry, s) if entry["metric"] in s else "" for s in (summary_a, summary_b)]
+        rows.append({"metric": entry["metric"], "A": cells[0], "B": cells[1]})
+    return pd.DataFrame(rows)
 
 
 def _headline_names(target: Path) -> list[str]:
@@ -317,7 +351,7 @@ def _table_line(d, cells: bool = True) -> str:
     parts = []
     if cells and not d.changed.empty:
         columns = list(dict.fromkeys(d.changed["column"]))
-        named = ", ".join(columns[:4]) + (f" and {len(columns) - 4} more" if len(columns) > 4 else "")
+        named = ", ".join(columns[:3]) + (f" and {len(columns) - 3} more" if len(columns) > 3 else "")
         parts.append(f"{len(d.changed)} cell(s) differ in {named}")
     for what, frame in (("only in A", d.removed), ("only in B", d.added)):
         if "table" in frame:
@@ -336,6 +370,10 @@ def _table_line(d, cells: bool = True) -> str:
     return f"{d.name}.csv: " + "; ".join(parts)
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _verdict(
     differ: list, config: pd.DataFrame, metrics: pd.DataFrame, rtol: float, atol: float, n: int
 ) -> str:
@@ -344,11 +382,12 @@ def _verdict(
         return f"equal within rtol={rtol} atol={atol}: {n} table(s)"
     others = [d for d in differ if d.name != "summary"]
     summary = next((d for d in differ if d.name == "summary"), None)
-    parts = [f"{len(config)} config key(s)"] if len(config) else []
+    parts = [_count(len(config), "config key")] if len(config) else []
     if summary is not None and (len(summary.added) or len(summary.removed)):
-        parts.append(f"{len(summary.removed)} job(s) only in A, {len(summary.added)} only in B")
+        parts.append(f"{_count(len(summary.removed), 'job')} only in A, {len(summary.added)} only in B")
     if len(metrics):
         first = metrics.iloc[0]  # the attack's headline when it changed
-        parts.append(f"{len(metrics)} metric(s) ({first['metric']} {fmt(first['A'])} -> {fmt(first['B'])})")
-    parts += [f"{len(others)} other table(s)"] if others else []
-    return "differ: " + ", ".join(parts or ["the tables"]) + f" (rtol={rtol} atol={atol})"
+        a, b = (f"{v:.4g}" if isinstance(v, float) else fmt(v) for v in (first["A"], first["B"]))
+        parts.append(f"{_count(len(metrics), 'metric')} ({first['metric']} {a} -> {b})")
+    parts += [_count(len(others), "table")] if others else []  # besides summary.csv
+    return "differ: " + ", ".join(parts or ["the tables"])
