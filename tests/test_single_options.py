@@ -54,15 +54,27 @@ def refusal(option: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_every_single_option_change_is_accepted_or_refused_for_a_reason():
     found = {option: refusal(option) for option in single_options()}
     refused = {option: why for option, why in found.items() if why is not None}
     unexpected = {o: why for o, why in refused.items() if o not in REFUSED or REFUSED[o] not in why}
     assert not unexpected, unexpected
     assert len(found) >= 80 and len(refused) <= len(REFUSED)
-    # the changes the issue named: smaller local sets follow the graph (batch_size=auto)
+
+
+def test_the_changes_users_tried_first_are_accepted():
+    """Smaller local sets follow the graph (batch_size=auto); attacks and accountants pick their setting."""
     for option in ("topology=karate", "topology=les_miserables", "attack=knowledge_matrix", "attack=audit"):
-        assert found[option] is None
+        assert refusal(option) is None, option
+    cfg, choices, _ = compose_or_refuse(["topology=karate"])
+    assert check_job(cfg, choices, [], False, keep=True).setup.protocol.batch_size == 7  # min(16, 7)
+
+
+def test_a_value_hydra_cannot_lex_is_refused_with_its_quoting():
+    with pytest.raises(ConfigError, match="quote the value: name='héllo_wörld'"):
+        compose_or_refuse(["name=héllo_wörld"])
+    assert compose_or_refuse(["name='héllo_wörld'"])[0].name == "héllo_wörld"
 
 
 @pytest.mark.slow
