@@ -34,6 +34,9 @@ class Headline:
     baseline: str | float | None = None
     better: str = "higher"
     against: str = ""
+    verb: str = (
+        "beats"  # the comparison's word in a table's header: an audit's bound stays "within" its value
+    )
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
@@ -73,7 +76,13 @@ def of_run(meta: dict[str, Any], summary: dict[str, Any] | None = None) -> list[
         return declared
     metrics = meta.get("metrics") or list(summary or {})
     privacy = [
-        {"metric": m, "baseline": b if b in metrics else None, "better": "lower", "against": LDP}
+        {
+            "metric": m,
+            "baseline": b if b in metrics else None,
+            "better": "lower",
+            "against": LDP,
+            "verb": "below",
+        }
         for m, b in PRIVACY
         if m in metrics
     ]

@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def print_headline(run: Path, console: Console) -> None:
     summary = read_table(run / "summary.csv").iloc[0]
     rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
-    for column in ("metric", "value", "baseline", "beats"):
+    verb = next(iter(headline.of_run(meta, summary.to_dict())), {}).get("verb", "beats")
+    for column in ("metric", "value", "baseline", verb):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in rows.itertuples(index=False):
         colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
@@ -114,7 +116,50 @@ def config_options() -> list[tuple[str, str, str]]:
         if rel.parent == Path(".") or rel.parent == Path("hydra/job_logging"):  # not a user's choice
             continue
         found.append((str(rel.parent), rel.stem, _first_comment(path.read_text())))
-    return found
+    return [*found, SUBMITIT_LOCAL]
+
+
+# Hydra's submitit plugin ships this launcher config itself (decpriv's slurm.yaml extends its sibling)
+SUBMITIT_LOCAL = (
+    "hydra/launcher",
+    "submitit_local",
+    "Sweep jobs as local processes through submitit, the Slurm launcher's engine without a cluster "
+    "(make slurm, or pip install -e '.[slurm]')",
+)
+
+
+def default_options() -> dict[str, str]:
+    """The option each group starts from (config.yaml's defaults list; the attack D-SGD runs)."""
+    base = OmegaConf.load(resources.files("decpriv") / "conf" / "config.yaml")
+    found = {}
+    for entry in OmegaConf.to_container(base, resolve=False).get("defaults", []):
+        if isinstance(entry, dict):
+            for key, option in entry.items():
+                found[str(key).split()[-1]] = option
+    protocol = found.get("protocol")
+    return {
+        group: str(option).replace("${protocol}", str(protocol))
+        for group, option in found.items()
+        if isinstance(option, str) and not group.startswith("hydra")
+    }
+
+
+def _overview(rows: list[tuple[str, str, str]], width: int) -> list[str]:
+    """Each group's options with their whole descriptions, wrapped under a hanging indent; ``*`` marks
+    the option the default run uses."""
+    defaults, lines = default_options(), ["decpriv config groups (group=option; * the default run's)"]
+    for group in dict.fromkeys(g for g, _, _ in rows):
+        options = [(o, t) for g, o, t in rows if g == group]
+        lines.append(group)
+        pad = min(max(len(o) for o, _ in options), 24) + 5
+        for option, text in options:
+            head = f"  {'*' if defaults.get(group) == option else ' '}{option}  "
+            if len(head) > pad:  # a long option name gets its own line
+                lines.append(head.rstrip())
+                head = ""
+            wrapped = textwrap.wrap(text, max(width - pad, 20), break_on_hyphens=False) or [""]
+            lines += [(head if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
+    return lines
 
 
 def _option_node(root: Path, group: str, option: str) -> DictConfig:
@@ -151,17 +196,17 @@ def option_keys(group: str, option: str) -> list[str]:
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option, one line each, descriptions cut to the terminal's width; with
+    """Every config group and option with its whole description (wrapped, the default marked); with
     ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions and their
     keys, each with its value and what it accepts."""
     rows = [row for row in config_options() if not only or row[0] in only]
     if not rows:
         return
-    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
-    room = max(console.width - sum(widths) - 2 * GAP, 10)  # what is left for the description
     if not only:
-        console.print("decpriv config groups (group=option; whole descriptions: decpriv list GROUP)")
-        rows = [(g, o, t if len(t) <= room else t[: room - 1] + "…") for g, o, t in rows]
+        for line in _overview(rows, console.width):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        return
+    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for name, width in zip(("group", "option"), widths, strict=True):
         table.add_column(name, no_wrap=True, min_width=width)
