@@ -144,7 +144,9 @@ def test_list_gives_every_option_whole_at_80_columns_the_default_marked_and_whol
     text = " ".join(stream.getvalue().split())
     assert max(map(len, lines)) <= 80
     assert all(" ".join(d.split()) in text for _, _, d in config_options())  # never cut
-    assert {"*ring", "*dsgd", "*mlp", "*curious", "*dsgd_default"} <= {w for line in lines for w in line.split()}
+    assert {"*ring", "*dsgd", "*mlp", "*curious", "*dsgd_default"} <= {
+        w for line in lines for w in line.split()
+    }
     assert "submitit_local" in text and sum(line.startswith("  *") for line in lines) == 8
     stream = io.StringIO()
     print_groups(Console(file=stream, width=80), ["data"])

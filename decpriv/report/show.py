@@ -18,7 +18,7 @@ from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
+from decpriv.report.text import fmt, markdown_table, print_frame, without_details
 from decpriv.stderr import print_error
 
 
