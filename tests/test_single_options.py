@@ -28,6 +28,7 @@ REFUSED = {  # option: what the refusal names (the combination has no meaning wi
     "data=libsvm": OFFLINE,
     "data=least_squares": "use a classification data set",  # membership scores need classes
     "model=logistic": "use model=softmax",  # binary logistic regression on 10 classes
+    "model=linear_regression": "use model=softmax",  # a regression gives no class probabilities to score
     "adversary=none": "add ~attack",  # the default attack needs an attacker
     "adversary=server": "use adversary=curious",  # D-SGD has no server
     "adversary=sybils": "use topology=complete",  # no Sybil pair on a ring
