@@ -105,3 +105,25 @@ def test_diff_opens_with_both_headlines_beside_their_baselines(tmp_path):
     assert lines[at + 1].split() == ["metric", "A", "B"]
     assert lines[at + 3].split() == ["auc", "0.7", "vs", "0.55", "✓", "0.5", "vs", "0.58", "✗"]
     assert lines[-1].startswith("differ: 1 config key, ")
+
+
+def test_a_run_table_drops_rows_that_say_nothing():
+    """One image inverted from the first gradient: its median PSNR is its mean (said once), and the
+    accuracy after one round is not read as the run's finding; an accounting run leads with its loss."""
+    from decpriv.report.show import headline_rows
+
+    entries = [
+        {"metric": "attack_psnr_median", "baseline": "attack_mean_image_psnr", "better": "higher"},
+        {"metric": "attack_psnr", "baseline": "attack_mean_image_psnr", "better": "higher"},
+    ]
+    summary = {"attack_psnr_median": 31.5, "attack_psnr": 31.5, "attack_mean_image_psnr": 11.0}
+    summary |= {"test_accuracy": 0.116, "protocol.rounds": 1}
+    rows = headline_rows({"headline": entries}, pd.Series(summary))
+    assert rows["metric"].tolist() == ["attack_psnr_median"] and rows["beats"].tolist() == ["yes"]
+    summary |= {"protocol.rounds": 50, "attack_psnr": 29.0}
+    rows = headline_rows({"headline": entries}, pd.Series(summary))
+    assert rows["metric"].tolist() == ["attack_psnr_median", "attack_psnr", "test_accuracy"]
+    privacy = {"epsilon_rdp_max": 20.0, "epsilon_mean_max": 17.6, "ldp_level": 20.0, "epsilon": 21.3}
+    rows = headline_rows({}, pd.Series({**privacy, "accounting": "exact", "consensus_distance": 6.7}))
+    assert rows["metric"].tolist() == [*list(privacy)[:2], "epsilon", "accounting", "consensus_distance"]
+    assert rows["beats"].tolist() == ["no", "yes", "", "", ""]  # 20 is not below 20; 17.6 is
