@@ -127,7 +127,7 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
 
 def test_custom_plot_and_its_refusals(sweep, capsys):
     code, out, _ = _main(capsys, "plot", str(sweep), "x=seed", "y=train_loss", "hue=topology,protocol.lr")
-    picture = sweep / "report" / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"
+    picture = sweep / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"  # not the report's
     assert code == 0 and picture.name in out.replace("\n", "")
     assert mpimg.imread(picture).shape[1] >= 600
     code, _, err = _main(capsys, "plot", str(sweep), "x=seed", "y=no_such_metric")
