@@ -2,6 +2,7 @@
 open with the attack's headline beside its baseline and each job's status; flags read ``k of m``,
 constants are stated once, failed jobs show their first error line (hand-made sweep, hand-solved cells)."""
 
+import contextlib
 import io
 import json
 from pathlib import Path
@@ -127,3 +128,12 @@ def test_a_run_table_drops_rows_that_say_nothing():
     rows = headline_rows({}, pd.Series({**privacy, "accounting": "exact", "consensus_distance": 6.7}))
     assert rows["metric"].tolist() == [*list(privacy)[:2], "epsilon", "accounting", "consensus_distance"]
     assert rows["beats"].tolist() == ["no", "yes", "", "", ""]  # 20 is not below 20; 17.6 is
+
+
+def test_every_help_fits_80_columns(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps to it; run's help is decpriv's own text
+    for command in ("", "run", "list", "show", "diff", "report", "plot", "runs"):
+        with contextlib.suppress(SystemExit):  # Hydra's --help exits after printing
+            assert main([*([command] if command else []), "--help"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) > 3 and max(map(len, lines)) <= 80, command
