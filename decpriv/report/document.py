@@ -59,7 +59,7 @@ def sweep_document(path: Path) -> Document:
 
     facts += constants_fact(sweep)
     failed = sweep.table[sweep.table["status"] != "completed"]
-    caption = "headline: mean ± std vs its baseline: jobs that beat it; then mean ± std over seeds"
+    caption = "mean ± std over seeds; a headline beside its baseline's mean: the jobs that beat it"
     tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, flag_metrics(sweep))))]
     if not failed.empty:
         error = failed["error"].fillna("").astype(str).str.split("\n").str[0] if "error" in failed else ""
