@@ -41,6 +41,11 @@ def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "value", "baseline", "beats", "against"])
 
 
+def verb_of(meta: dict, summary: pd.Series) -> str:
+    """How the headline stands to its baseline when better: "beats", an audit's "within", "below"."""
+    return next(iter(headline.of_run(meta, summary.to_dict())), {}).get("verb", "beats")
+
+
 def baselines_line(rows: pd.DataFrame) -> str | None:
     """``baseline: 97.5% of shuffled membership (higher is better)``: what the baseline column holds."""
     said = dict.fromkeys(
@@ -56,8 +61,7 @@ def print_headline(run: Path, console: Console) -> None:
     summary = read_table(run / "summary.csv").iloc[0]
     rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
-    verb = next(iter(headline.of_run(meta, summary.to_dict())), {}).get("verb", "beats")
-    for column in ("metric", "value", "baseline", verb):
+    for column in ("metric", "value", "baseline", verb_of(meta, summary)):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in rows.itertuples(index=False):
         colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
@@ -293,6 +297,7 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             summary = frame.iloc[0]
             shown = headline_rows(meta, summary)
             title = f"{file.name} (headline; {len(frame.columns)} columns in the file)"
+            shown = shown.rename(columns={"beats": verb_of(meta, summary)})
             print_frame(shown.drop(columns="against"), title, console, len(shown))
             line = baselines_line(shown)
             if line:
