@@ -156,11 +156,6 @@ def _cell(row: pd.Series, flags: set[str]) -> str:
     return f"{row['mean']:.4g}" + ("" if pd.isna(row["std"]) else f" ± {row['std']:.2g}")
 
 
-def flag_metrics(sweep: Sweep) -> set[str]:
-    """The metrics that are yes/no (``above_null``, ``recovered``): counted, not averaged."""
-    return sweep.flags
-
-
 def _is_flag(values: pd.Series) -> bool:
     return len(values) > 0 and all(isinstance(v, bool | np.bool_) for v in values)
 

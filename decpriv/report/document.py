@@ -19,7 +19,6 @@ from matplotlib.figure import Figure
 from decpriv.report.aggregate import (
     Sweep,
     aggregate,
-    flag_metrics,
     headline_cells,
     load_sweep,
     varying_metrics,
@@ -60,7 +59,7 @@ def sweep_document(path: Path) -> Document:
     facts += constants_fact(sweep)
     failed = sweep.table[sweep.table["status"] != "completed"]
     caption = "mean ± std over seeds; a headline beside its baseline's mean: the jobs that beat it"
-    tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, flag_metrics(sweep))))]
+    tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, sweep.flags)))]
     if not failed.empty:
         error = failed["error"].fillna("").astype(str).str.split("\n").str[0] if "error" in failed else ""
         tables.append(
