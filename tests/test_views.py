@@ -128,6 +128,10 @@ def test_a_run_table_drops_rows_that_say_nothing():
     rows = headline_rows({}, pd.Series({**privacy, "accounting": "exact", "consensus_distance": 6.7}))
     assert rows["metric"].tolist() == [*list(privacy)[:2], "epsilon", "accounting", "consensus_distance"]
     assert rows["beats"].tolist() == ["no", "yes", "", "", ""]  # 20 is not below 20; 17.6 is
+    attacked = {"headline": [{"metric": "auc", "baseline": "auc_null_hi", "better": "higher"}]}
+    summary = {"auc": 0.8, "auc_null_hi": 0.6, "epsilon": 5.6, "test_accuracy": 0.9, "protocol.rounds": 20}
+    rows = headline_rows(attacked, pd.Series(summary))  # the guarantee beside the attack's finding
+    assert rows["metric"].tolist() == ["auc", "epsilon", "test_accuracy"]
 
 
 def test_every_help_fits_80_columns(capsys, monkeypatch):

@@ -36,7 +36,10 @@ def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
     named = {r[0] for r in rows}
     # training read after one round (an inversion of the first gradient) says nothing: left to the summary
     trained = not meta.get("headline") or summary.get("protocol.rounds", 2) != 1
-    extra = ("accounting", *(headline.TRAINING if trained else ()))  # accounting: exact or bound
+    # an accountant's guarantee beside an attack's finding (an audit's is in its own currency already);
+    # accounting: exact or bound
+    guarantee = () if any("epsilon" in name for name in named) else ("epsilon",)
+    extra = (*guarantee, "accounting", *(headline.TRAINING if trained else ()))
     rows += [[m, summary[m], None, "", ""] for m in extra if m in summary and m not in named]
     return pd.DataFrame(rows, columns=["metric", "value", "baseline", "beats", "against"])
 
