@@ -5,15 +5,18 @@
 >>> result.summary, result.history
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from decpriv.report.run_folder import claim_folder, read_status, read_table
+if TYPE_CHECKING:  # pandas loads when tables are read: composing a config (a refusal) does without it
+    import pandas as pd
 
 
 @dataclass(eq=False)
@@ -36,6 +39,8 @@ class RunResult:
 def load(path: Path | str) -> RunResult:
     """Read a run folder's status and every CSV table in it."""
     path = Path(path)
+    from decpriv.report.run_folder import read_status, read_table
+
     tables = {file.stem: read_table(file) for file in sorted(path.glob("*.csv"))}
     return RunResult(path, read_status(path).get("status", "unknown"), tables)
 
@@ -69,6 +74,8 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
 
     cfg, choices = compose_config(overrides)
     prebuilt = experiment.precheck(cfg, choices)
+    from decpriv.report.run_folder import claim_folder
+
     if out_dir is None:
         out = claim_folder(Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
     else:

@@ -118,6 +118,7 @@ def build(cfg: DictConfig) -> Setup:
         attack=attack,
         accountant=accountant,
     )
+    protocol.fit(local.counts)  # batch_size=auto follows the local sets
     protocol.check(network, dataset, model)
     defense.bind(setup)
     if attack is not None:
@@ -137,9 +138,9 @@ def default_accountant(defense: Defense) -> Any:
     """The accountant option the defense names (``Defense.accountant``), built from its packaged yaml."""
     if defense.accountant is None:
         return None
-    return build_plugin(
-        OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml")
-    )
+    node = OmegaConf.load(Path(__file__).parent / "conf" / "accountant" / f"{defense.accountant}.yaml")
+    node.pop("defaults", None)  # the defense an accountant picks when named alone: this one is chosen
+    return build_plugin(node)
 
 
 def data_spec(setup: Setup) -> DataSpec:

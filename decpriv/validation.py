@@ -16,6 +16,7 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.config_types import declared, refusal
+from decpriv.declarations import UNRECORDED, Declaration, known, remember
 from decpriv.errors import ConfigError, bad_value
 
 PLUGIN_GROUPS = (
@@ -43,32 +44,56 @@ INJECTED = {
 }  # filled in by the pipeline
 
 
-def check_plugin(group: str, node: DictConfig) -> None:
-    """Check one plugin's keys against its ``_target_``'s signature."""
-    target = node.get("_target_")
-    if target is None:
-        raise ConfigError(
-            f"{group}: the config has no _target_; every {group} yaml names the callable it builds."
-        )
+def declaration(group: str, target: str) -> Declaration:
+    """The keys ``target`` accepts, read from its signature (importing it) and remembered for the next
+    command line (:mod:`decpriv.declarations`)."""
     try:
         obj = get_object(target)
     except Exception:
         raise bad_value(f"{group}._target_", target, "cannot be imported", "check the module path") from None
     params = inspect.signature(obj).parameters
-    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     hints = declared(obj.__init__ if inspect.isclass(obj) else obj)
+    found = Declaration(
+        obj.__name__,
+        {
+            k: hints.get(k, p.annotation)
+            for k, p in params.items()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        },
+        any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()),
+    )
+    remember({target: found})
+    return found
+
+
+def check_plugin(group: str, node: DictConfig, recorded_only: bool = False) -> None:
+    """Check one plugin's keys against its ``_target_``'s signature (``recorded_only``: only when an
+    earlier check recorded it, so that nothing is imported)."""
+    target = node.get("_target_")
+    if target is None:
+        raise ConfigError(
+            f"{group}: the config has no _target_; every {group} yaml names the callable it builds."
+        )
+    found = known(target) if recorded_only else declaration(group, target)
+    if found is None:
+        return
     for key in node:
         if key.startswith("_"):
             continue
-        if key not in params:
-            if takes_kwargs:
+        if key not in found.params:
+            if found.takes_kwargs:
                 continue
-            known = ", ".join(k for k in params if k not in INJECTED and k != "self")
+            known_keys = ", ".join(k for k in found.params if k not in INJECTED and k != "self")
             raise bad_value(
-                f"{group}.{key}", node[key], f"{obj.__name__} has no such parameter", f"known keys: {known}"
+                f"{group}.{key}",
+                node[key],
+                f"{found.name} has no such parameter",
+                f"known keys: {known_keys}",
             )
+        if found.params[key] == UNRECORDED:
+            continue
         value = OmegaConf.to_object(node[key]) if OmegaConf.is_config(node[key]) else node[key]
-        error = refusal(f"{group}.{key}", hints.get(key, params[key].annotation), value)
+        error = refusal(f"{group}.{key}", found.params[key], value)
         if error is not None:
             error.plugin = group  # a default attack's refusal gets its hint (experiment.build_explained)
             raise error
@@ -139,11 +164,12 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
                 raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
 
 
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
+SAFE_NAME = re.compile(r"\w[\w.=,+-]*")  # letters of any script: name='héllo_wörld' is a folder name
 
 
-def validate(cfg: DictConfig) -> None:
-    """Refuse a bad config in one sentence (ConfigError), before anything is built."""
+def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
+    """Refuse a bad config in one sentence (ConfigError), before anything is built (``recorded_only``:
+    plugins' keys only where their declarations are recorded: nothing imported, torch not loaded)."""
     unknown = sorted(str(k) for k in cfg if k not in top_level_keys())
     if unknown:
         near = difflib.get_close_matches(unknown[0], sorted(top_level_keys()), n=1)
@@ -179,4 +205,4 @@ def validate(cfg: DictConfig) -> None:
     for group in PLUGIN_GROUPS:
         node = cfg.get(group)
         if node is not None:
-            check_plugin(group, node)
+            check_plugin(group, node, recorded_only)

@@ -61,11 +61,11 @@ CONFIG_CASES = [
     (["run", "adversary.nodes=[1,1]"], 2, "adversary.nodes", None),
     (["run", "plots=maybe"], 2, "use plots=true or plots=false", None),
     # cross-plugin checks: decided by the build, before any folder
-    (["run", "attack=knowledge_matrix"], 2, "protocol.batch_size", "dsgd_default"),
+    (["run", "attack=knowledge_matrix", "protocol=dsgd"], 2, "protocol.batch_size", "dsgd_default"),
     (["run", "protocol=gossip", "attack=diffgrad"], 2, "protocol", "gossip_default"),
     (["run", "protocol=pdmm", "defense=muffliato"], 2, "defense", "pdmm_default"),
     (["run", "data=mnist", "data.root=plain_file/mnist"], 2, "data.root", "dsgd_default"),
-    (["run", "-m", "attack=mia,knowledge_matrix"], 2, "protocol.batch_size", None),
+    (["run", "-m", "protocol=dsgd", "attack=mia,knowledge_matrix"], 2, "protocol.batch_size", None),
     # a hint appears only when the default attack is the cause
     (["run", "topology=torus", "topology.n=10"], 2, "topology.n=10", "~attack"),
     (["run", "protocol.lr=-1"], 2, "protocol.lr", "~attack"),

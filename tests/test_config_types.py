@@ -32,7 +32,8 @@ REFUSED = [
     ),
     (
         ["protocol.batch_size=0"],
-        "protocol.batch_size=0: a batch size (null: the full local set) must be at least 1; "
+        "protocol.batch_size=0: a batch size (auto: min(16, the smallest local set); null: all) must be at "
+        "least 1; "
         "use e.g. protocol.batch_size=16 or null.",
     ),
     (

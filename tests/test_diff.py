@@ -94,7 +94,7 @@ def test_diff_leads_with_config_then_metrics_then_a_verdict(tmp_path):
     config, metrics = lines.index("config that differs (1)"), lines.index("metrics that differ (2)")
     assert config < metrics and "protocol.lr" in lines[config + 3]
     assert sum(line.split()[1:2] == ["acc"] for line in lines[metrics:]) == 2
-    assert lines[-1] == "differ: 1 config key(s), 2 metric(s) (acc 0.8 -> 0.85) (rtol=1e-09 atol=0.0)"
+    assert lines[-1] == "differ: 1 config key, 2 metrics (acc 0.8 -> 0.85)"
     assert max(map(len, lines)) <= 80
     stream = io.StringIO()
     assert print_diff(a, b, 1e-9, 0.0, Console(file=stream, width=80), brief=True) == 1

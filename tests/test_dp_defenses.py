@@ -217,7 +217,7 @@ def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
             ("defense=decor", "accountant=secldp", "accountant.threat=collusion", "accountant.collusion=15"),
             "collusion=15",
         ),
-        (("defense=muffliato",), "accountant='network_dp'"),
+        (("defense=muffliato", "protocol=dsgd"), "accountant='network_dp'"),
         (("defense=muffliato", "protocol=gossip", "accountant=rdp"), "accountant='rdp'"),
         (
             ("protocol=random_walk", "defense=ldp", "defense.sigma=1", "accountant=random_walk"),

@@ -74,7 +74,7 @@ def test_run_table_runs_and_show_lead_with_the_attack(tmp_path):
     assert "baseline: 97.5% point of a shuffled-membership null" in proc.stdout
     index = run_cli("runs", "--root", str(tmp_path), "--format", "csv", check=True)
     table = pd.read_csv(io.StringIO(index.stdout))
-    assert list(table.columns[:4]) == ["run", "attack", "headline", "value"]
+    assert list(table.columns[:6]) == ["run", "status", "value", "baseline", "better", "headline"]
     assert table.attack[0] == "mia" and table.headline[0] == entries[0]["metric"]
     assert table.baseline[0] == pytest.approx(summary[entries[0]["baseline"]])
 
@@ -133,7 +133,7 @@ def test_the_default_run_shows_an_attack_that_beats_its_baseline(tmp_path):
     assert (tmp_path / "r" / "plots" / "mia_vs_generalisation.png").stat().st_size > 20_000
 
 
-def test_list_is_one_line_an_option_at_80_columns_and_whole_for_a_group():
+def test_list_gives_every_option_whole_at_80_columns_the_default_marked_and_whole_keys_for_a_group():
     from rich.console import Console
 
     from decpriv.report.show import config_options, print_groups
@@ -141,7 +141,13 @@ def test_list_is_one_line_an_option_at_80_columns_and_whole_for_a_group():
     stream = io.StringIO()
     print_groups(Console(file=stream, width=80))
     lines = stream.getvalue().splitlines()
-    assert len(lines) == 3 + len(config_options()) and max(map(len, lines)) <= 80
+    text = " ".join(stream.getvalue().split())
+    assert max(map(len, lines)) <= 80
+    assert all(" ".join(d.split()) in text for _, _, d in config_options())  # never cut
+    assert {"*ring", "*dsgd", "*mlp", "*curious", "*dsgd_default"} <= {
+        w for line in lines for w in line.split()
+    }
+    assert "submitit_local" in text and sum(line.startswith("  *") for line in lines) == 8
     stream = io.StringIO()
     print_groups(Console(file=stream, width=80), ["data"])
     text = " ".join(stream.getvalue().split())

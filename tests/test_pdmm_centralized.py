@@ -43,6 +43,7 @@ def test_one_round_of_z_reveals_each_clients_model_and_gradient():
             "model=mlp",
             "model.hidden=[8]",
             "model.activation=sigmoid",
+            "partition=iid",  # attack=gradient_inversion picks one_per_node
             "partition.per_node=3",
             "protocol.rounds=4",
             "attack=gradient_inversion",

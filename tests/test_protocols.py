@@ -242,7 +242,7 @@ def test_same_seed_same_history_other_seed_differs():
         (("protocol.lr=-0.1",), "protocol.lr=-0.1"),
         (("protocol.average_last=500",), "protocol.average_last=500"),
         (("protocol=fedavg", "protocol.client_fraction=0"), "protocol.client_fraction=0"),
-        (("protocol=fedavg", "partition.per_node=4"), "protocol.batch_size=16"),
+        (("protocol=fedavg", "partition.per_node=4", "protocol.batch_size=16"), "protocol.batch_size=16"),
         (("protocol=gossip", "protocol.rounds=0"), "protocol.rounds=0"),
         (("protocol.dtype=float16",), "protocol.dtype='float16'"),
     ],
@@ -256,7 +256,10 @@ def test_bad_protocol_input_is_refused_before_training(args, key):
     ("args", "key"),
     [
         (("protocol.batch_size=500",), "protocol.batch_size=500"),
-        (("partition.per_node=4",), "protocol.batch_size=16: the smallest local set holds 4 samples"),
+        (
+            ("partition.per_node=4", "protocol.batch_size=16"),  # exact: auto would take 4
+            "protocol.batch_size=16: the smallest local set holds 4 samples",
+        ),
     ],
 )
 def test_bad_protocol_input_through_cli(cli, args, key):

@@ -226,7 +226,7 @@ def test_sybil_drop_out_claim_on_a_complete_graph():
             ["topology=ring", "attack=sybil_evasion", "adversary.sybils=3"],
             ["adversary.sybils=3", "adversary.rewire=true", "topology=complete"],
         ),
-        (["attack=sybil_evasion"], ["adversary.sybils=None"]),
+        (["attack=sybil_evasion", "adversary=curious"], ["adversary.sybils=None"]),
         (
             [
                 "topology=complete",
@@ -241,7 +241,10 @@ def test_sybil_drop_out_claim_on_a_complete_graph():
         ),
         (["defense=secure_aggregation", "attack=state_override"], ["secure aggregation", "sybil_evasion"]),
         (["defense=secure_aggregation", "attack=echo"], ["secure aggregation"]),
-        (["defense=secret_sharing", "~attack"], ["defense='secret_sharing'", "protocol=fedavg"]),
+        (
+            ["defense=secret_sharing", "protocol=dsgd", "~attack"],
+            ["defense='secret_sharing'", "protocol=fedavg"],
+        ),
         (
             ["protocol=fedavg", "defense=secret_sharing", "defense.colluding=3", "~attack"],
             ["defense.colluding=3"],

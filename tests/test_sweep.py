@@ -112,11 +112,11 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
     assert code == 0 and max(map(len, lines)) <= 80
     header = next(line for line in lines if line.startswith("job"))
     names = header.split()
-    # whole names: the swept keys, then the attack's headline (each cell beside its null), then training
-    assert names[:5] == ["job", "seed", "topology", "protocol.lr", "mia_received_auc"]
+    # whole names: status, the attack's headline (each cell beside its null), the swept keys, then training
+    assert names[:3] == ["job", "status", "mia_received_auc"] and names.index("seed") > 2
     table = pd.read_csv(sweep / "summary.csv")
-    for job, lr, auc in zip(table.job, table["protocol.lr"], table.mia_received_auc, strict=True):
-        assert any(re.match(rf"{job}\s+\d\s+\w+\s+{lr}\s+{auc:.4g} vs ", line) for line in lines)
+    for job, auc in zip(table.job, table.mia_received_auc, strict=True):
+        assert any(re.match(rf"{job}\s+completed\s+{auc:.4g} vs ", line) for line in lines)
     assert "pictures in the job folders" in out and out.count("training.png") == 1
     # a relative root, as a user types it: pytest-xdist's temporary paths alone are near 80 characters
     monkeypatch.chdir(sweep.parent.parent)
@@ -127,7 +127,7 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
 
 def test_custom_plot_and_its_refusals(sweep, capsys):
     code, out, _ = _main(capsys, "plot", str(sweep), "x=seed", "y=train_loss", "hue=topology,protocol.lr")
-    picture = sweep / "report" / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"
+    picture = sweep / "plots" / "train_loss_vs_seed_by_topology_protocol.lr.png"  # not the report's
     assert code == 0 and picture.name in out.replace("\n", "")
     assert mpimg.imread(picture).shape[1] >= 600
     code, _, err = _main(capsys, "plot", str(sweep), "x=seed", "y=no_such_metric")
@@ -156,7 +156,7 @@ def test_runs_index_filters_on_config_and_status(sweep, capsys):
     assert (
         code == 0
         and out.count("/sw/") == 4
-        and out.startswith("| run | attack | headline | value | baseline |")
+        and out.startswith("| run | status | value | baseline | better | headline | attack |")
     )
 
 

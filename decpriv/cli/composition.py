@@ -35,6 +35,13 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
     override = re.search(r"Could not override '([^']+)'", text)
     nulled = [o.split("=", 1)[0] for o in overrides if re.fullmatch(r"[\w/]+=null", o)]
+    foreign = [o for o in overrides if not o.isascii() and "'" not in o and '"' not in o and "=" in o]
+    if "LexerNoViableAlt" in first and foreign:
+        key, _, value = foreign[0].partition("=")
+        return (
+            f"{foreign[0]}: Hydra's override grammar reads only ASCII outside quotes; quote the value: "
+            f"{key}='{value}' (in a shell: \"{key}='{value}'\")."
+        )
     if "Got NoneType" in first and nulled:
         hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
     elif "submitit" in first:

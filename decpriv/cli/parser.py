@@ -8,20 +8,22 @@ EXAMPLES = """examples:
   decpriv run topology=torus protocol.rounds=50
   decpriv run -m topology=ring,complete seed=0,1 hydra/launcher=parallel
   decpriv run -m topology=ring,complete seed=0,1 hydra.sweep.dir=sw resume=true
-  decpriv report sw && decpriv plot sw x=protocol.lr y=test_accuracy hue=topology
+  decpriv report sw
+  decpriv plot sw x=protocol.lr y=test_accuracy hue=topology
   decpriv list runs   (the same as decpriv runs)"""
 
-PLOT_USAGE = """decpriv plot SWEEP|RUN x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME] [logx=true|false]
-                    [logy=true|false] [out=FILE]"""
+PLOT_USAGE = """decpriv plot SWEEP|RUN x=KEY y=METRIC [hue=KEY[,KEY]] [table=NAME]
+                    [logx=true|false] [logy=true|false] [out=FILE]"""
 
-PLOT_DESCRIPTION = """A metric against a key, mean and std over seeds. A sweep's attack headline metric is drawn with its
-baseline (the 95% band of a shuffled null, or the baseline's line); text x (topology) as categories,
-integer x (seed) with integer ticks. table=NAME plots a run's NAME.csv (default history).
+PLOT_DESCRIPTION = """A metric against a key, mean and std over seeds. A sweep's attack headline
+metric is drawn with its baseline (the 95% band of a shuffled null, or the
+baseline's line); text x (topology) as categories, integer x (seed) with integer
+ticks. table=NAME plots a run's NAME.csv (default history).
 
   x, y      columns of the sweep's summary (or of the table)
   hue       one line per value (several keys: one per combination)
   logx/logy log axes (logx defaults to true for positive x spanning two decades)
-  out       the PNG to write (default SWEEP/report/plots/<y>_vs_<x>.png)
+  out       the PNG to write (default SWEEP/plots/<y>_vs_<x>.png)
 
 Example: decpriv plot runs/multirun/sw x=topology y=mia_received_auc hue=seed"""
 
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     """``decpriv COMMAND ...``; each subcommand's namespace names it in ``command``."""
     parser = argparse.ArgumentParser(
         prog="decpriv",
-        description="Experiments on privacy in decentralized machine learning: run, sweep, read, compare.",
+        description="Experiments on privacy in decentralized learning: run, sweep, read, compare.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -39,7 +39,11 @@ def _plotted_table(target: Path, name: str | None, y: str) -> tuple[object, obje
 
     if name is None and not (target / "run.json").is_file():
         sweep = load_sweep(target)
-        return sweep.completed, sweep.headline_of(y)
+        lead = ["job", *sweep.keys, *(n for e in sweep.headline for n in (e["metric"], e["baseline"]))]
+        lead = [c for c in dict.fromkeys(lead) if isinstance(c, str) and c in sweep.table]
+        # the headline among the first columns a refusal of an unknown y= lists
+        done = sweep.completed
+        return done[[*lead, *(c for c in done.columns if c not in lead)]], sweep.headline_of(y)
     file = target / f"{name or 'history'}.csv"
     if not file.is_file():
         raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")
@@ -62,8 +66,9 @@ def plot_command(ns: argparse.Namespace, console: Console) -> int:
     hue = [h for h in args.get("hue", "").split(",") if h]
     logx, logy = switch("logx", args.get("logx")), bool(switch("logy", args.get("logy")))
     figure = plot(table, args["x"], args["y"], hue, logx, logy, baseline)
-    default = f"report/plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
+    # plots/, not report/plots/: decpriv report draws its own pictures there under the same names
+    default = f"plots/{args['y']}_vs_{args['x']}" + (f"_by_{'_'.join(hue)}" if hue else "") + ".png"
     out = Path(args["out"]) if "out" in args else target / default
     RunFolder(out.parent).write_figure(out.name, figure)
-    console.print(f"plot: [bold]{out}[/]", highlight=False)
+    console.print(f"plot: [bold]{out}[/]", highlight=False, soft_wrap=True)  # a path whole, to copy
     return 0

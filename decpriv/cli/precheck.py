@@ -46,15 +46,17 @@ def check_job(
 ) -> Any:
     """One job's whole build, no training. Returns the build kept for the run (``keep``), else the job's
     config digest when it resumes (its folder is then read to decide whether it must run), else None."""
+    from decpriv.validation import check_choices, check_unread, validate
+
+    validate(cfg, recorded_only=True)  # a bad value refused before torch loads (decpriv/declarations.py)
+    check_choices(cfg, choices)
     from decpriv import experiment
     from decpriv.report.resume import check_fixed_folder, take_resume
-    from decpriv.validation import check_choices, check_unread
 
     digest = None
     if take_resume(cfg):
         check_fixed_folder(overrides, multirun)
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
-    check_choices(cfg, choices)
     check_unread(cfg, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest
@@ -105,10 +107,10 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
 
 
 def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
-    from decpriv.report.sweep import expand
-
     if not multirun:
         return [overrides]
+    from decpriv.report.sweep import expand
+
     try:
         return expand(overrides)
     except ConfigError:
@@ -119,12 +121,12 @@ def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
-    from decpriv.report.sweep import sweep_plan, sweeper_params
-
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
     if multirun:
+        from decpriv.report.sweep import sweep_plan, sweeper_params  # pandas: not for a single run's refusal
+
         check_launcher(hydra.launcher)
         check_sweeper(hydra.sweeper)
         params = sweeper_params(hydra)  # a preset's own sweep is counted, not prechecked

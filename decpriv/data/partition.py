@@ -39,15 +39,9 @@ def iid(labels: np.ndarray, n: int, rng: np.random.Generator, per_node: PerNode 
 
 
 def contiguous(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Node v gets the v-th contiguous block (for data generated in node order, e.g. least squares)."""
-    if len(labels) % n:
-        raise bad_value(
-            "topology.n",
-            n,
-            f"the {len(labels)} generated rows do not split evenly",
-            "match data.n to topology.n",
-        )
-    return list(np.arange(len(labels)).reshape(n, -1))
+    """Node v gets the v-th contiguous block (for data generated in node order, e.g. least squares); when
+    the rows do not split evenly the first ``len(labels) % n`` blocks hold one row more."""
+    return np.array_split(np.arange(len(labels)), n)
 
 
 @checked("partition")

@@ -86,6 +86,13 @@ class Protocol(ABC):
         does not gossip noised values (``noised`` unset), which the network-DP accountants refuse."""
         return None
 
+    def fit(self, counts: torch.Tensor) -> None:
+        """Settle the sizes that follow the data before anything reads them (attacks and accountants read
+        ``hyper()``): ``batch_size=auto`` becomes min(16, the smallest local set), so a graph with more
+        nodes, hence smaller local sets, still runs; ``counts`` are the local sets' sizes."""
+        if getattr(self, "batch_size", None) == "auto":
+            self.batch_size = min(AUTO_BATCH, int(counts.min()))
+
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         """Refuse inputs this protocol cannot run on (raise ConfigError). Called before any computation."""
 
@@ -100,7 +107,12 @@ MAX_COUNT = 10_000_000  # rounds, steps: 10^7 rounds of the smallest run already
 Count = Annotated[int, Range(ge=1, le=MAX_COUNT, what="a count of rounds or steps")]
 EvalEvery = Annotated[int, Range(ge=1, le=MAX_COUNT, what="the evaluation interval (rounds)")] | None
 LearningRate = Annotated[float, Range(gt=0, what="the learning rate", eg=0.1)]
-BatchSize = Annotated[int, Range(ge=1, what="a batch size (null: the full local set)", eg=16)] | None
+AUTO_BATCH = 16  # batch_size=auto: this many samples, or the smallest local set when it holds fewer
+BatchSize = (
+    Annotated[int, Range(ge=1, what="a batch size (auto: min(16, the smallest local set); null: all)", eg=16)]
+    | Literal["auto"]
+    | None
+)
 Precision = Literal["float32", "float64"]
 
 

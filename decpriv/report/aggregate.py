@@ -7,6 +7,7 @@ the sweep's ``multirun.yaml``; a folder of runs without one falls back to the co
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from decpriv.report import headline
@@ -24,6 +25,7 @@ class Sweep:
     keys: list[str]  # swept keys, in the order they were given on the command line
     metrics: list[str]  # numeric summary metrics, in the order the runs reported them
     headline: list[dict] = field(default_factory=list)  # the attack's headline entries (report/headline.py)
+    flags: set[str] = field(default_factory=set)  # yes/no metrics (read as 0/1): counted as k of m
 
     def headline_of(self, metric: str) -> dict | None:
         """``metric``'s headline entry (its baseline), None when it is not a headline metric."""
@@ -52,8 +54,10 @@ def sweep_headline(sweep: Path, table: pd.DataFrame) -> list[dict]:
     """The headline entries of the sweep's jobs (decpriv/report/headline.py), each metric once, those
     that are columns of ``table``."""
     seen: dict[str, dict] = {}
-    for job in job_folders(sweep):
-        for entry in headline.of_run(read_status(job)):
+    metas = [read_status(job) for job in job_folders(sweep)]
+    completed = [meta for meta in metas if meta.get("status") == "completed"]
+    for meta in completed or metas:  # a failed job declares no headline: it would fall back to training
+        for entry in headline.of_run(meta):
             seen.setdefault(entry["metric"], entry)
     return [entry for entry in seen.values() if entry["metric"] in table]
 
@@ -61,7 +65,11 @@ def sweep_headline(sweep: Path, table: pd.DataFrame) -> list[dict]:
 def metrics_and_keys(sweep: Path, table: pd.DataFrame) -> tuple[list[str], list[str]]:
     """The numeric columns of ``table`` that the jobs' run.json name as metrics, and the swept keys
     (multirun.yaml's, else the config columns that vary)."""
-    metrics = [m for m in _metric_names(sweep) if m in table and pd.api.types.is_numeric_dtype(table[m])]
+    metrics = [
+        m
+        for m in _metric_names(sweep)
+        if m in table and (pd.api.types.is_numeric_dtype(table[m]) or _is_flag(table[m].dropna()))
+    ]
     keys = [k for k in swept_overrides(sweep) if k in table.columns]
     return metrics, keys or sweep_keys(table, set(metrics) | {"job"})
 
@@ -75,7 +83,18 @@ def load_sweep(path: Path | str) -> Sweep:
     metrics, keys = metrics_and_keys(path, table)
     front = ["job", "status", *keys]
     table = table[front + [c for c in table.columns if c not in front]]
-    return Sweep(path, table, keys, metrics, sweep_headline(path, table))
+    entries = sweep_headline(path, table)
+    flags = {m for m in metrics if _is_flag(table.loc[table["status"] == "completed", m].dropna())}
+    # a flag column with a failed job's blank reads as text: as 0/1 it is counted, k of m
+    table = table.assign(**{m: pd.to_numeric(table[m].astype("float64")) for m in flags})
+    return Sweep(path, table, keys, headline_first(metrics, entries), entries, flags)
+
+
+def headline_first(metrics: list[str], entries: list[dict]) -> list[str]:
+    """``metrics`` led by the headline (each metric, then its baseline): every table and aggregate.csv
+    opens with what the sweep found."""
+    lead = [n for e in entries for n in (e["metric"], e["baseline"]) if isinstance(n, str) and n in metrics]
+    return list(dict.fromkeys([*lead, *metrics]))
 
 
 def aggregate(sweep: Sweep) -> pd.DataFrame:
@@ -128,12 +147,26 @@ def varying_metrics(sweep: Sweep) -> list[str]:
     return [m for m in sweep.metrics if done[m].nunique(dropna=True) > 1]
 
 
-def wide(stats: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
-    """One row per configuration, one ``mean ± std`` cell per metric, and the seed count: for reading."""
+def _cell(row: pd.Series, flags: set[str]) -> str:
+    """``mean ± std``; a flag (a yes/no metric) as ``k of m`` jobs, which a mean and std would blur."""
+    if pd.isna(row["mean"]):
+        return ""
+    if row["metric"] in flags:
+        return f"{round(row['mean'] * row['count'])} of {row['count']}"
+    return f"{row['mean']:.4g}" + ("" if pd.isna(row["std"]) else f" ± {row['std']:.2g}")
+
+
+def _is_flag(values: pd.Series) -> bool:
+    return len(values) > 0 and all(isinstance(v, bool | np.bool_) for v in values)
+
+
+def wide(
+    stats: pd.DataFrame, keys: list[str], metrics: list[str], flags: set[str] = frozenset()
+) -> pd.DataFrame:
+    """One row per configuration, one ``mean ± std`` cell per metric (``k of m`` for a flag), and the
+    seed count: for reading."""
     rows = stats[stats["metric"].isin(metrics)]
-    cell = rows.apply(
-        lambda r: f"{r['mean']:.4g}" + ("" if pd.isna(r["std"]) else f" ± {r['std']:.2g}"), axis=1
-    )
+    cell = rows.apply(lambda r: _cell(r, flags), axis=1)
     rows = rows.assign(cell=cell if len(rows) else pd.Series(dtype=str))
     index = keys or []
     if not index:
@@ -146,3 +179,35 @@ def wide(stats: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFra
     out.insert(0, "n", counts.reindex(out.index).fillna(0).astype(int))
     out.columns.name = None
     return out.reset_index()
+
+
+def headline_cells(sweep: Sweep) -> pd.DataFrame:
+    """One row per configuration (the swept keys but the seed), one cell per headline metric: its mean
+    beside its baseline's and how many jobs beat it, ``0.7378 ± 0.13 vs 0.6213: 2 of 2`` (the finding,
+    read as the run reads it)."""
+    keys = sweep.group_keys
+    done = sweep.completed.assign(_all="all")
+    by = keys or ["_all"]
+    columns = {}
+    for entry in sweep.headline:
+        metric = entry["metric"]
+        base = done.apply(lambda row, e=entry: headline.baseline_value(e, row), axis=1)
+        won = [headline.beats(entry, v, b) for v, b in zip(done[metric], base, strict=True)]
+        frame = done.assign(_value=pd.to_numeric(done[metric], errors="coerce"), _base=pd.to_numeric(base))
+        frame = frame.assign(_won=[w is True for w in won], _judged=[w is not None for w in won])
+        columns[metric] = frame.groupby(by, dropna=False, sort=False).apply(
+            _headline_cell, include_groups=False
+        )
+    out = pd.DataFrame(columns)
+    return out.reset_index().drop(columns=["_all"], errors="ignore") if len(out) else out
+
+
+def _headline_cell(group: pd.DataFrame) -> str:
+    values = group["_value"].dropna()
+    if values.empty:
+        return ""
+    text = f"{values.mean():.4g}" + (f" ± {values.std():.2g}" if len(values) > 1 else "")
+    if group["_base"].notna().any():
+        text += f" vs {group['_base'].mean():.4g}"
+    judged = int(group["_judged"].sum())
+    return text + (f": {int(group['_won'].sum())} of {judged}" if judged else "")

@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
+from decpriv.report.aggregate import (
+    Sweep,
+    aggregate,
+    headline_cells,
+    load_sweep,
+    varying_metrics,
+    wide,
+)
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.convergence import convergence_note
 from decpriv.report.plots import TRAINING_PANELS
@@ -49,11 +56,14 @@ def sweep_document(path: Path) -> Document:
     ]
     from decpriv.report.sweep_plots import default_plots
 
+    facts += constants_fact(sweep)
     failed = sweep.table[sweep.table["status"] != "completed"]
-    tables = [("mean ± std over seeds (n = completed seeds)", wide(stats, sweep.group_keys, shown))]
+    caption = "mean ± std over seeds; a headline beside its baseline's mean: the jobs that beat it"
+    tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, sweep.flags)))]
     if not failed.empty:
+        error = failed["error"].fillna("").astype(str).str.split("\n").str[0] if "error" in failed else ""
         tables.append(
-            ("jobs that did not complete", failed[["job", *sweep.keys, "status", "error"]].fillna(""))
+            ("jobs that did not complete", failed[["job", "status", *sweep.keys]].assign(error=error))
         )
     return Document(
         title=f"decpriv sweep {path.name}",
@@ -62,6 +72,32 @@ def sweep_document(path: Path) -> Document:
         data={"aggregate": stats},
         figures=default_plots(sweep),
     )
+
+
+def headline_led(sweep: Sweep, table: pd.DataFrame) -> pd.DataFrame:
+    """The aggregated table led by the headline cells (value vs baseline: jobs that beat it), then the
+    swept keys, the seed count and the other metrics; a headline's baseline has no column of its own."""
+    cells = headline_cells(sweep)
+    if cells.empty or not sweep.headline:
+        return table
+    keys = sweep.group_keys
+    lead = [e["metric"] for e in sweep.headline]
+    bases = {e["baseline"] for e in sweep.headline if isinstance(e["baseline"], str)}
+    rest = table.drop(columns=[c for c in table.columns if c in lead or c in bases])
+    merged = cells.merge(rest, on=keys, how="right") if keys else pd.concat([cells, rest], axis=1)
+    front = [*lead, *keys, "n"]
+    return merged[[*front, *[c for c in merged.columns if c not in front]]].fillna("")
+
+
+def constants_fact(sweep: Sweep) -> list[str]:
+    """The metrics that every completed job measured alike, stated once instead of a column each."""
+    done = sweep.completed
+    same = [m for m in sweep.metrics if len(done) > 1 and done[m].nunique(dropna=False) == 1]
+    if not same:
+        return []
+    shown = ", ".join(f"{m} {fmt(done[m].iloc[0])}" for m in same[:4])
+    more = f" and {len(same) - 4} more (aggregate.csv)" if len(same) > 4 else ""
+    return [f"the same in every completed job: {shown}{more}"]
 
 
 def run_document(path: Path) -> Document:

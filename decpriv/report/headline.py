@@ -15,6 +15,10 @@ from typing import Any
 
 TRAINING = ("test_accuracy", "train_loss", "optimality_gap", "mse", "consensus_distance")
 # the training metrics a run without an attack is read by, in this order (those the protocol measured)
+PRIVACY = (("epsilon_rdp_max", "ldp_level"), ("epsilon_mean_max", "ldp_level"), ("epsilon", None))
+# what an accounting run without an attack is read by: the worst pairwise and the worst mean loss beside
+# the local-DP level (the same noise without gossip's amplification), then the (epsilon, delta) guarantee
+LDP = "the local-DP level of the same noise (Renyi)"
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,9 @@ class Headline:
     baseline: str | float | None = None
     better: str = "higher"
     against: str = ""
+    verb: str = (
+        "beats"  # the comparison's word in a table's header: an audit's bound stays "within" its value
+    )
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
@@ -68,6 +75,19 @@ def of_run(meta: dict[str, Any], summary: dict[str, Any] | None = None) -> list[
     if declared:
         return declared
     metrics = meta.get("metrics") or list(summary or {})
+    privacy = [
+        {
+            "metric": m,
+            "baseline": b if b in metrics else None,
+            "better": "lower",
+            "against": LDP,
+            "verb": "below",
+        }
+        for m, b in PRIVACY
+        if m in metrics
+    ]
+    if privacy:  # an accounting run is read by its privacy loss
+        return privacy
     first = next((m for m in TRAINING if m in metrics), None)
     better = "lower" if first in ("train_loss", "optimality_gap", "mse", "consensus_distance") else "higher"
     return [{"metric": first, "baseline": None, "better": better, "against": ""}] if first else []

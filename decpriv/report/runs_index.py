@@ -15,16 +15,16 @@ from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
 from decpriv.report.run_folder import read_status, read_table
 
-COLUMNS = [  # what the run attacked and how it fared first: at 80 columns the rest is cut
+COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
     "run",
-    "attack",
-    "headline",
+    "status",
     "value",
     "baseline",
     "better",
+    "headline",
+    "attack",
     "topology",
     "protocol",
-    "status",
     "seconds",
     "started",
     "config_digest",
@@ -55,6 +55,8 @@ def _row(folder: Path) -> dict:
     summary_file = folder / "summary.csv"
     summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
     first = next(iter(headline.of_run(meta, summary or None)), None)
+    if meta.get("status") != "completed":  # no finding: the status says why
+        first = None
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
     return {
         "run": folder.as_posix(),  # as given to decpriv show: under the root as the user named it

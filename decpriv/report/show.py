@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
+from decpriv.report.text import fmt, markdown_table, print_frame, without_details
 from decpriv.stderr import print_error
 
 
@@ -29,10 +30,23 @@ def headline_rows(meta: dict, summary: pd.Series) -> pd.DataFrame:
         base = headline.baseline_value(entry, summary)
         won = headline.beats(entry, summary.get(entry["metric"]), base)
         mark = {True: "yes", False: "no"}.get(won, "")
-        rows.append([entry["metric"], summary.get(entry["metric"]), base, mark, entry.get("against", "")])
+        row = [entry["metric"], summary.get(entry["metric"]), base, mark, entry.get("against", "")]
+        if not rows or row[1:3] != rows[-1][1:3]:  # one image: its median PSNR is its mean, said once
+            rows.append(row)
     named = {r[0] for r in rows}
-    rows += [[m, summary[m], None, "", ""] for m in headline.TRAINING if m in summary and m not in named]
+    # training read after one round (an inversion of the first gradient) says nothing: left to the summary
+    trained = not meta.get("headline") or summary.get("protocol.rounds", 2) != 1
+    # an accountant's guarantee beside an attack's finding (an audit's is in its own currency already);
+    # accounting: exact or bound
+    guarantee = () if any("epsilon" in name for name in named) else ("epsilon",)
+    extra = (*guarantee, "accounting", *(headline.TRAINING if trained else ()))
+    rows += [[m, summary[m], None, "", ""] for m in extra if m in summary and m not in named]
     return pd.DataFrame(rows, columns=["metric", "value", "baseline", "beats", "against"])
+
+
+def verb_of(meta: dict, summary: pd.Series) -> str:
+    """How the headline stands to its baseline when better: "beats", an audit's "within", "below"."""
+    return next(iter(headline.of_run(meta, summary.to_dict())), {}).get("verb", "beats")
 
 
 def baselines_line(rows: pd.DataFrame) -> str | None:
@@ -50,7 +64,7 @@ def print_headline(run: Path, console: Console) -> None:
     summary = read_table(run / "summary.csv").iloc[0]
     rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
-    for column in ("metric", "value", "baseline", "beats"):
+    for column in ("metric", "value", "baseline", verb_of(meta, summary)):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in rows.itertuples(index=False):
         colour = {"yes": "green", "no": "red"}.get(row.beats, "default")
@@ -113,7 +127,50 @@ def config_options() -> list[tuple[str, str, str]]:
         if rel.parent == Path(".") or rel.parent == Path("hydra/job_logging"):  # not a user's choice
             continue
         found.append((str(rel.parent), rel.stem, _first_comment(path.read_text())))
-    return found
+    return [*found, SUBMITIT_LOCAL]
+
+
+# Hydra's submitit plugin ships this launcher config itself (decpriv's slurm.yaml extends its sibling)
+SUBMITIT_LOCAL = (
+    "hydra/launcher",
+    "submitit_local",
+    "Sweep jobs as local processes through submitit, the Slurm launcher's engine without a cluster "
+    "(make slurm, or pip install -e '.[slurm]')",
+)
+
+
+def default_options() -> dict[str, str]:
+    """The option each group starts from (config.yaml's defaults list; the attack D-SGD runs)."""
+    base = OmegaConf.load(resources.files("decpriv") / "conf" / "config.yaml")
+    found = {}
+    for entry in OmegaConf.to_container(base, resolve=False).get("defaults", []):
+        if isinstance(entry, dict):
+            for key, option in entry.items():
+                found[str(key).split()[-1]] = option
+    protocol = found.get("protocol")
+    return {
+        group: str(option).replace("${protocol}", str(protocol))
+        for group, option in found.items()
+        if isinstance(option, str) and not group.startswith("hydra")
+    }
+
+
+def _overview(rows: list[tuple[str, str, str]], width: int) -> list[str]:
+    """Each group's options with their whole descriptions, wrapped under a hanging indent; ``*`` marks
+    the option the default run uses."""
+    defaults, lines = default_options(), ["decpriv config groups (group=option; * the default run's)"]
+    for group in dict.fromkeys(g for g, _, _ in rows):
+        options = [(o, t) for g, o, t in rows if g == group]
+        lines.append(group)
+        pad = min(max(len(o) for o, _ in options), 24) + 5
+        for option, text in options:
+            head = f"  {'*' if defaults.get(group) == option else ' '}{option}  "
+            if len(head) > pad:  # a long option name gets its own line
+                lines.append(head.rstrip())
+                head = ""
+            wrapped = textwrap.wrap(text, max(width - pad, 20), break_on_hyphens=False) or [""]
+            lines += [(head if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
+    return lines
 
 
 def _option_node(root: Path, group: str, option: str) -> DictConfig:
@@ -150,17 +207,17 @@ def option_keys(group: str, option: str) -> list[str]:
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option, one line each, descriptions cut to the terminal's width; with
+    """Every config group and option with its whole description (wrapped, the default marked); with
     ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions and their
     keys, each with its value and what it accepts."""
     rows = [row for row in config_options() if not only or row[0] in only]
     if not rows:
         return
-    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
-    room = max(console.width - sum(widths) - 2 * GAP, 10)  # what is left for the description
     if not only:
-        console.print("decpriv config groups (group=option; whole descriptions: decpriv list GROUP)")
-        rows = [(g, o, t if len(t) <= room else t[: room - 1] + "…") for g, o, t in rows]
+        for line in _overview(rows, console.width):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        return
+    widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for name, width in zip(("group", "option"), widths, strict=True):
         table.add_column(name, no_wrap=True, min_width=width)
@@ -177,9 +234,9 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
 
 
 def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
-    """A sweep's summary for reading: job, the swept keys, the attack's headline (each cell beside its
-    baseline: ``0.5675 vs 0.5422 ✓``), the training metrics, then status and the other metrics that
-    differ between jobs; no config columns.
+    """A sweep's summary for reading: job, status, the attack's headline (each cell beside its baseline:
+    ``0.5675 vs 0.5422 ✓``), the swept keys, the training metrics, then the other metrics that differ
+    between jobs; no config columns.
 
     The swept keys come from multirun.yaml (else the config columns that vary), the metric names and the
     headline from the jobs' run.json files: the jobs' summary.csv files are not read again."""
@@ -193,8 +250,19 @@ def _sweep_columns(run: Path, table: pd.DataFrame) -> pd.DataFrame:
         lead.append(entry["metric"])
     training = [m for m in headline.TRAINING if m in names]
     rest = [m for m in without_details(names) if table[m].nunique(dropna=True) > 1]
-    front = ["job", *keys, *lead, *training, "status", *rest]
+    front = ["job", "status", *lead, *keys, *training, *rest]
     return table[[c for c in dict.fromkeys(front) if c in table]]
+
+
+def failed_lines(table: pd.DataFrame, most: int = 5) -> list[str]:
+    """``job 2 failed: <first line of its error>`` for the jobs that did not complete (the first few)."""
+    failed = table[table["status"] != "completed"]
+    errors = failed["error"] if "error" in failed else pd.Series("", index=failed.index)
+    lines = [
+        f"job {job} {status}: {str(error).splitlines()[0] if isinstance(error, str) and error else 'no error recorded'}"
+        for job, status, error in zip(failed["job"], failed["status"], errors, strict=True)
+    ]
+    return lines[:most] + ([f"... and {len(lines) - most} more (summary.csv)"] if len(lines) > most else [])
 
 
 def _pictures_line(run: Path, sweep: bool) -> str | None:
@@ -232,6 +300,7 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             summary = frame.iloc[0]
             shown = headline_rows(meta, summary)
             title = f"{file.name} (headline; {len(frame.columns)} columns in the file)"
+            shown = shown.rename(columns={"beats": verb_of(meta, summary)})
             print_frame(shown.drop(columns="against"), title, console, len(shown))
             line = baselines_line(shown)
             if line:
@@ -241,8 +310,13 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             continue
         elif file.stem == "summary" and "job" in frame:
             sweep = True
+            errors = failed_lines(frame)
             frame = _sweep_columns(run, frame)
             title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
+            print_frame(frame, title, console, rows, more=f"{file.name}")
+            for line in errors:
+                console.print(line, highlight=False)
+            continue
         print_frame(frame, title, console, rows, more=f"{file.name}")
     pictures = _pictures_line(run, sweep)
     if pictures:
@@ -273,15 +347,33 @@ def print_diff(
     config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
     if not brief:
         console.print(f"A: [bold]{a}[/]\nB: [bold]{b}[/]", highlight=False)
+        lead = headline_pair(a, b)
+        if len(lead):
+            print_frame(lead, "headline (value vs its baseline)", console, rows=len(lead))
         for title, frame in (("config that differs", config), ("metrics that differ", metrics)):
             if len(frame):
                 print_frame(frame, f"{title} ({len(frame)})", console, rows=20, more="--format csv")
         for d in differ:
             line = _table_line(d, cells=d.name != "summary")
             if not line.endswith(": "):
-                console.print(line, highlight=False, soft_wrap=True)
+                # one part a line when the whole does not fit: a row's keys are never cut mid-word
+                parts = [line] if len(line) <= console.width else line.split("; ")
+                console.print("\n  ".join(parts), highlight=False)
     console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
     return 1 if differ else 0
+
+
+def headline_pair(a: Path, b: Path) -> pd.DataFrame:
+    """Two runs' headlines side by side, each value beside its own baseline (``0.8287 vs 0.63 ✓``):
+    whether the finding changed, before the cells that differ. Empty for sweeps."""
+    if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
+        return pd.DataFrame()
+    rows = []
+    summary_a, summary_b = (read_table(x / "summary.csv").iloc[0] for x in (a, b))
+    for entry in headline.of_run(read_status(a), summary_a.to_dict()):
+        cells = [headline.label(entry, s) if entry["metric"] in s else "" for s in (summary_a, summary_b)]
+        rows.append({"metric": entry["metric"], "A": cells[0], "B": cells[1]})
+    return pd.DataFrame(rows)
 
 
 def _headline_names(target: Path) -> list[str]:
@@ -317,7 +409,7 @@ def _table_line(d, cells: bool = True) -> str:
     parts = []
     if cells and not d.changed.empty:
         columns = list(dict.fromkeys(d.changed["column"]))
-        named = ", ".join(columns[:4]) + (f" and {len(columns) - 4} more" if len(columns) > 4 else "")
+        named = ", ".join(columns[:3]) + (f" and {len(columns) - 3} more" if len(columns) > 3 else "")
         parts.append(f"{len(d.changed)} cell(s) differ in {named}")
     for what, frame in (("only in A", d.removed), ("only in B", d.added)):
         if "table" in frame:
@@ -336,6 +428,10 @@ def _table_line(d, cells: bool = True) -> str:
     return f"{d.name}.csv: " + "; ".join(parts)
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _verdict(
     differ: list, config: pd.DataFrame, metrics: pd.DataFrame, rtol: float, atol: float, n: int
 ) -> str:
@@ -344,11 +440,12 @@ def _verdict(
         return f"equal within rtol={rtol} atol={atol}: {n} table(s)"
     others = [d for d in differ if d.name != "summary"]
     summary = next((d for d in differ if d.name == "summary"), None)
-    parts = [f"{len(config)} config key(s)"] if len(config) else []
+    parts = [_count(len(config), "config key")] if len(config) else []
     if summary is not None and (len(summary.added) or len(summary.removed)):
-        parts.append(f"{len(summary.removed)} job(s) only in A, {len(summary.added)} only in B")
+        parts.append(f"{_count(len(summary.removed), 'job')} only in A, {len(summary.added)} only in B")
     if len(metrics):
         first = metrics.iloc[0]  # the attack's headline when it changed
-        parts.append(f"{len(metrics)} metric(s) ({first['metric']} {fmt(first['A'])} -> {fmt(first['B'])})")
-    parts += [f"{len(others)} other table(s)"] if others else []
-    return "differ: " + ", ".join(parts or ["the tables"]) + f" (rtol={rtol} atol={atol})"
+        a, b = (f"{v:.4g}" if isinstance(v, float) else fmt(v) for v in (first["A"], first["B"]))
+        parts.append(f"{_count(len(metrics), 'metric')} ({first['metric']} {a} -> {b})")
+    parts += [_count(len(others), "table")] if others else []  # besides summary.csv
+    return "differ: " + ", ".join(parts or ["the tables"])

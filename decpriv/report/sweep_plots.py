@@ -1,6 +1,8 @@
 """Pictures of a sweep: a metric against a swept numeric key, one line per categorical configuration, error
 bars over seeds (drawn by :func:`decpriv.report.plots.metric_plot`)."""
 
+import difflib
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -67,8 +69,10 @@ def plot(
     ``baseline``: ``y``'s headline entry (decpriv/report/headline.py), drawn as a band."""
     for key, name in [("x", x), ("y", y), *[("hue", h) for h in hue or []]]:
         if name not in table.columns:
+            near = difflib.get_close_matches(name, [str(c) for c in table.columns], n=1)
             shown = ", ".join(table.columns[:12]) + (", ..." if len(table.columns) > 12 else "")
-            raise bad_value(key, name, "is not a column of this table", f"use one of: {shown}")
+            fix = f"did you mean {near[0]}? The columns: {shown}" if near else f"use one of: {shown}"
+            raise bad_value(key, name, "is not a column of this table", fix)
     if not is_numeric(table[y]):
         raise bad_value("y", y, "is not a numeric column", "plot a metric such as test_accuracy")
     data = table.assign(**{y: pd.to_numeric(table[y])})

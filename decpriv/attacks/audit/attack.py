@@ -55,7 +55,9 @@ class Audit(Attack):
     needs_adversary = False  # the adversary is the accountant's observer, instantiated by the audit
     audits = True  # the pipeline hands it the mechanism (plan_trials) and the accountant's table (reconcile)
     # sound when the measured lower bound stays at or below what the accountant claims for the same pair
-    headline = (Headline("audit_epsilon", "audit_epsilon_accountant", "lower", "the accountant's value"),)
+    headline = (
+        Headline("audit_epsilon", "audit_epsilon_accountant", "lower", "the accountant's value", "within"),
+    )
 
     def __init__(
         self,

@@ -436,6 +436,13 @@ class MembershipInference(Attack):
                 "membership scores need class probabilities",
                 "use a classification data set",
             )
+        if context.model.loss_name == "half_squared_error":  # a regression on the labels: no probabilities
+            raise bad_value(
+                "model",
+                context.choices.get("model", "linear_regression"),
+                "membership scores need class probabilities, and a regression model gives one number",
+                "use model=softmax or mlp (or ~attack to train only)",
+            )
         if protocol.name in ("fedavg", "fedsgd"):
             if len(adversary.observed_senders(network)) < network.n:
                 raise bad_value(
