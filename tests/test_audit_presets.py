@@ -60,8 +60,8 @@ def test_dpsgd_audit_replays_its_sampler_below_the_accountant(tmp_path, sampler)
     summary, table = audited(tmp_path, "experiment=dpsgd_digits_audit", f"defense.sampler={sampler}")
     assert summary.audit_epsilon <= summary.audit_epsilon_accountant and table.method.iloc[0] == "bound"
     assert summary.epsilon == pytest.approx(summary.epsilon_dp_accounting_rdp, rel=1e-6)
-    if sampler == "poisson":  # 2.50 of dp-accounting's PLD 4.91 (docs/privacy.md)
-        assert summary.audit_epsilon >= 0.45 * summary.epsilon_dp_accounting_pld
+    if sampler == "poisson":  # 2.98 of dp-accounting's PLD 4.91 (docs/privacy.md)
+        assert summary.audit_epsilon >= 0.6 * summary.epsilon_dp_accounting_pld
     else:  # a drawn canary moves the sum by 2C: more than a Poisson accountant would claim (5.69)
         assert summary.audit_epsilon > 6.0
 
