@@ -23,20 +23,21 @@ whether the solve converged:
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
 if TYPE_CHECKING:
-    from decpriv.protocols.pdmm_objective import LocalProblems
+    from decpriv.protocols.pdmm_objective import ChainCurvature, FunctionCurvature, LocalProblems
+
+    Curvature = ChainCurvature | FunctionCurvature
 
 ValueAndGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # (n, p) -> (n,), (n, p)
 Hessian = Callable[[torch.Tensor], torch.Tensor]  # (n, p) -> (n, p, p)
 
 ARMIJO = 1e-4
 MAX_HALVINGS = 40
-FORCING = 0.1
+FORCING = 0.5
 
 
 @dataclass(frozen=True)
@@ -109,32 +110,32 @@ def newton(objective: ValueAndGrad, hessian: Hessian, w: torch.Tensor, tol: floa
     return Solve(w, _residual(gradient), iterations)
 
 
-def truncated_cg(
-    hvp: Callable[[torch.Tensor], torch.Tensor], gradient: torch.Tensor, max_iter: int
-) -> torch.Tensor:
+def truncated_cg(curvature: "Curvature", gradient: torch.Tensor, max_iter: int) -> torch.Tensor:
     """Per node, an approximate solution d of H d = -g by CG from d = 0 (Nocedal & Wright 2006, Alg. 7.1),
-    stopped at ||H d + g|| <= min(0.5, sqrt(||g||)) ||g||, at negative curvature, or after ``max_iter``."""
+    stopped at ||H d + g|| <= min(FORCING, ||g||) ||g||, at negative curvature, or after ``max_iter``;
+    a node that stops leaves the batch (``curvature.restrict``)."""
     norm = gradient.norm(dim=1)
     target = torch.minimum(norm, torch.full_like(norm, FORCING)) * norm
-    d, r = torch.zeros_like(gradient), -gradient
-    p, rr = r, norm * norm
-    running = norm > 0
+    d = torch.zeros_like(gradient)
+    rows = torch.nonzero(norm > 0).squeeze(1)
+    r = -gradient[rows]
+    p, rr, operator = r, norm[rows] ** 2, curvature.restrict(rows)
     for k in range(max_iter):
-        hp = hvp(p)
-        curvature = (p * hp).sum(1)
-        negative = running & (curvature <= 0)
-        if k == 0:
-            d = torch.where(negative[:, None], -gradient, d)
-        running = running & ~negative
-        alpha = torch.where(running, rr / torch.where(running, curvature, 1.0), 0.0)
-        d = d + alpha[:, None] * p
+        if not len(rows):
+            break
+        hp = operator(p)
+        curvature_along = (p * hp).sum(1)
+        negative = curvature_along <= 0
+        if k == 0:  # no CG step yet: the steepest descent direction
+            d[rows[negative]] = -gradient[rows[negative]]
+        alpha = torch.where(negative, 0.0, rr / torch.where(negative, 1.0, curvature_along))
+        d.index_add_(0, rows, alpha[:, None] * p)
         r = r - alpha[:, None] * hp
         new_rr = (r * r).sum(1)
-        running = running & (new_rr.sqrt() > target)
-        if not running.any():
-            break
-        p = r + torch.where(running, new_rr / rr.clamp_min(torch.finfo(rr.dtype).tiny), 0.0)[:, None] * p
-        rr = new_rr
+        keep = ~negative & (new_rr.sqrt() > target[rows])
+        p, rr = r + (new_rr / rr)[:, None] * p, new_rr
+        if not keep.all():
+            rows, r, p, rr, operator = rows[keep], r[keep], p[keep], rr[keep], operator.restrict(keep)
     return d
 
 
@@ -158,7 +159,7 @@ def newton_cg(
         if not going.all():
             rows, here, value, gradient = rows[going], here[going], value[going], gradient[going]
             sub = sub.restrict(going)
-        direction = truncated_cg(partial(sub.hvp, here), gradient, cg_max)
+        direction = truncated_cg(sub.curvature(here), gradient, cg_max)
         here, value, gradient, stuck = _line_search(sub.value_and_grad, here, value, gradient, direction)
         iterations[rows] += 1
     return Solve(w, residual, iterations)

@@ -67,17 +67,6 @@ def _slope(model: Layout, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return link - y.to(out.dtype)[..., None]
 
 
-def _curvature(model: Layout, out: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """The per-sample loss's Hessian in the outputs times r (n, b, k): diag(p) - p p^T for softmax."""
-    if model.loss_name == "cross_entropy":
-        prob = torch.softmax(out, -1)
-        return prob * r - prob * (prob * r).sum(-1, keepdim=True)
-    if model.loss_name == "binary_cross_entropy":
-        s = torch.sigmoid(out)
-        return s * (1 - s) * r
-    return r
-
-
 # d sigma'(z) / d a as a function of the activation's output a (sigma' is written in a, ACTIVATIONS)
 SLOPE_CHANGE = {nn.ReLU: torch.zeros_like, nn.Sigmoid: lambda a: 1 - 2 * a, nn.Tanh: lambda a: -2 * a}
 
@@ -133,48 +122,101 @@ def chain_value_and_grad(
     return values, torch.cat([grads[k].reshape(n, -1) for k in model.names], 1)
 
 
-def chain_hvp(
-    model: Layout,
-    theta: torch.Tensor,
-    v: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    weight: torch.Tensor,
-) -> torch.Tensor:
-    """(n, p) Hessians of the summed local losses at theta times v, for an affine chain: Pearlmutter's
-    R-operator (Neural Computation 1994, Sec. 4) applied to the forward and backward pass, all nodes at once.
-    R{.} is the directional derivative along v: R{z_l} = R{h_(l-1)} W_l^T + h_(l-1) V_l^T + Vb_l forward,
-    then the backward pass differentiated term by term. Equal to forward-mode AD of the gradient (tested)."""
-    n = theta.shape[0]
-    params, along = _split(model, theta), _split(model, v)
-    out, inputs = _forward(model, params, x)
-    r_inputs, r = [], None  # R{input of each layer}: none for the data
-    for layer, (w, bias, act) in enumerate(model.chain):
-        r_inputs.append(r)
-        rz = _affine(along[w], along[bias] if bias else None, inputs[layer])
-        rz = rz if r is None else rz + _affine(params[w], None, r)
-        a = inputs[layer + 1] if layer + 1 < len(model.chain) else out
-        r = rz if act is None else ACTIVATIONS[act][1](a) * rz
-    dz = _slope(model, out, y) * weight[..., None]
-    rdz = _curvature(model, out, r) * weight[..., None]
-    grads = {}
-    for layer in range(len(model.chain) - 1, -1, -1):
-        w, bias, _ = model.chain[layer]
-        grads[w] = _outer(rdz, inputs[layer])
-        if r_inputs[layer] is not None:
-            grads[w] = grads[w] + _outer(dz, r_inputs[layer])
-        if bias is not None:
-            grads[bias] = rdz.sum(1)
-        if layer:
-            act = model.chain[layer - 1][2]
-            back, r_back = torch.bmm(dz, params[w]), torch.bmm(rdz, params[w]) + torch.bmm(dz, along[w])
-            if act is None:
-                dz, rdz = back, r_back
-            else:
-                slope, a = ACTIVATIONS[act][1](inputs[layer]), inputs[layer]
-                rdz = r_back * slope + back * SLOPE_CHANGE[act](a) * r_inputs[layer]
-                dz = back * slope
-    return torch.cat([grads[k].reshape(n, -1) for k in model.names], 1)
+@dataclass(frozen=True, eq=False)
+class ChainCurvature:
+    """v -> H v for the summed local losses of an affine chain at fixed points, all nodes at once:
+    Pearlmutter's R-operator (Neural Computation 1994, Sec. 4), i.e. the forward and backward passes
+    differentiated along v, R{z_l} = R{h_(l-1)} W_l^T + h_(l-1) V_l^T + Vb_l forward, then the backward pass
+    term by term. The passes at the points themselves are computed once (``at``) and reused by every
+    product of a CG solve. Equal to forward-mode AD of the gradient (tested)."""
+
+    layout: Layout
+    cache: dict[str, torch.Tensor]  # every tensor with the node axis first, so rows can be dropped
+    rd: torch.Tensor
+
+    @classmethod
+    def at(cls, layout: Layout, theta, x, y, weight, rd) -> "ChainCurvature":
+        params = _split(layout, theta)
+        out, inputs = _forward(layout, params, x)
+        cache = {**params, "weight": weight[..., None], "out": out}
+        if layout.loss_name == "cross_entropy":
+            cache["prob"] = torch.softmax(out, -1)
+        dz = _slope(layout, out, y) * weight[..., None]
+        for layer in range(len(layout.chain) - 1, -1, -1):
+            cache[f"input{layer}"], cache[f"dz{layer}"] = inputs[layer], dz
+            if layer:
+                act = layout.chain[layer - 1][2]
+                back = torch.bmm(dz, params[layout.chain[layer][0]])
+                cache[f"back{layer}"] = back
+                if act is not None:
+                    cache[f"slope{layer}"] = ACTIVATIONS[act][1](inputs[layer])
+                    cache[f"change{layer}"] = SLOPE_CHANGE[act](inputs[layer])
+                    back = back * cache[f"slope{layer}"]
+                dz = back
+        return cls(layout, cache, rd)
+
+    def restrict(self, rows: torch.Tensor) -> "ChainCurvature":
+        return ChainCurvature(self.layout, {k: t[rows] for k, t in self.cache.items()}, self.rd[rows])
+
+    def _output_curvature(self, r: torch.Tensor) -> torch.Tensor:
+        """The per-sample loss's Hessian in the outputs times r: diag(p) - p p^T for softmax."""
+        if self.layout.loss_name == "cross_entropy":
+            prob = self.cache["prob"]
+            return prob * r - prob * (prob * r).sum(-1, keepdim=True)
+        if self.layout.loss_name == "binary_cross_entropy":
+            s = torch.sigmoid(self.cache["out"])
+            return s * (1 - s) * r
+        return r
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        layout, cache, n = self.layout, self.cache, len(v)
+        along, layers = _split(layout, v), len(layout.chain)
+        r_inputs, r = [], None  # R{input of each layer}: none for the data
+        for layer, (w, bias, act) in enumerate(layout.chain):
+            r_inputs.append(r)
+            rz = _affine(along[w], along[bias] if bias else None, cache[f"input{layer}"])
+            rz = rz if r is None else rz + _affine(cache[w], None, r)
+            r = rz if act is None else cache[f"slope{layer + 1}"] * rz
+        rdz = self._output_curvature(r) * cache["weight"]
+        grads = {}
+        for layer in range(layers - 1, -1, -1):
+            w, bias, _ = layout.chain[layer]
+            dz = cache[f"dz{layer}"]
+            grads[w] = _outer(rdz, cache[f"input{layer}"])
+            if r_inputs[layer] is not None:
+                grads[w] = grads[w] + _outer(dz, r_inputs[layer])
+            if bias is not None:
+                grads[bias] = rdz.sum(1)
+            if layer:
+                r_back = torch.bmm(rdz, cache[w]) + torch.bmm(dz, along[w])
+                if layout.chain[layer - 1][2] is None:
+                    rdz = r_back
+                else:
+                    change = cache[f"back{layer}"] * cache[f"change{layer}"] * r_inputs[layer]
+                    rdz = r_back * cache[f"slope{layer}"] + change
+        return torch.cat([grads[k].reshape(n, -1) for k in layout.names], 1) + self.rd[:, None] * v
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionCurvature:
+    """v -> H v for any model: forward-mode derivative (jvp) of vmap(grad) of its loss."""
+
+    model: FunctionalModel
+    w: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor
+    rd: torch.Tensor
+
+    def restrict(self, rows: torch.Tensor) -> "FunctionCurvature":
+        return replace(
+            self, w=self.w[rows], x=self.x[rows], y=self.y[rows], mask=self.mask[rows], rd=self.rd[rows]
+        )
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        gradient = vmap(grad(self.model.loss))
+        product = jvp(lambda u: gradient(u, self.x, self.y, self.mask), (self.w,), (v,))[1]
+        return product + self.rd[:, None] * v
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,14 +247,11 @@ class LocalProblems:
         value = value + (self.c * w).sum(1) + 0.5 * self.rd * (w * w).sum(1)
         return value, gradient + self.c + self.rd[:, None] * w
 
-    def hvp(self, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """(n, p) Hessian of phi_i at w_i times v_i."""
+    def curvature(self, w: torch.Tensor) -> ChainCurvature | FunctionCurvature:
+        """v -> (n, p) Hessians of phi_i at w_i times v_i, restrictable to fewer nodes like the problems."""
         if self.layout is not None:
-            product = chain_hvp(self.layout, w, v, self.x, self.y, self.mask)
-        else:
-            gradient = vmap(grad(self.model.loss))
-            product = jvp(lambda u: gradient(u, self.x, self.y, self.mask), (w,), (v,))[1]
-        return product + self.rd[:, None] * v
+            return ChainCurvature.at(self.layout, w, self.x, self.y, self.mask, self.rd)
+        return FunctionCurvature(self.model, w, self.x, self.y, self.mask, self.rd)
 
 
 @dataclass(frozen=True, eq=False)
