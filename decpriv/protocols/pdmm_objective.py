@@ -61,8 +61,9 @@ class Layout:
 
 def _slope(model: Layout, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """d per-sample loss / d output for outputs (n, b, k)."""
-    if model.loss_name == "cross_entropy":
-        return torch.softmax(out, -1) - F.one_hot(y, out.shape[-1]).to(out.dtype)
+    if model.loss_name == "cross_entropy":  # y: class indices, or (n, b, k) soft labels (an attacker's)
+        target = y if y.shape == out.shape else F.one_hot(y, out.shape[-1]).to(out.dtype)
+        return torch.softmax(out, -1) - target
     link = torch.sigmoid(out) if model.loss_name == "binary_cross_entropy" else out
     return link - y.to(out.dtype)[..., None]
 
@@ -107,7 +108,8 @@ def chain_value_and_grad(
     n, b = x.shape[:2]
     params = _split(model, theta)
     out, inputs = _forward(model, params, x)
-    values = (model.per_sample_loss(out.reshape(n * b, -1), y.reshape(n * b)).view(n, b) * weight).sum(1)
+    losses = model.per_sample_loss(out.reshape(n * b, -1), y.reshape(n * b, *y.shape[2:]))
+    values = (losses.view(n, b) * weight).sum(1)
     dz = _slope(model, out, y) * weight[..., None]
     grads = {}
     for layer in range(len(model.chain) - 1, -1, -1):

@@ -41,23 +41,27 @@ class JointProblem:
     layout: Layout  # the model on r input coordinates (Layout.narrowed)
     relative: torch.Tensor  # (T, p_red) u^t = w^t - w^{t_max}, t = 1..T
     difference: torch.Tensor  # (K, p_red) D^t, t = 1..K (K <= T - 2)
-    labels: torch.Tensor  # (B,) the labels assumed (enumerated by the attack, the truth in a measurement)
 
-    def predicted(self, anchor: torch.Tensor, coordinates: torch.Tensor) -> torch.Tensor:
-        """(K, p_red) G(a + u^t) - G(a + u^{t+2}) for the inputs Q coordinates (B, r)."""
+    def predicted(
+        self, anchor: torch.Tensor, coordinates: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        """(K, p_red) G(a + u^t) - G(a + u^{t+2}) for the inputs Q coordinates (B, r) and ``labels``:
+        (B,) classes, or (B, C) class probabilities (soft labels)."""
         k, points = len(self.difference), anchor + self.relative[: len(self.difference) + 2]
-        b = len(self.labels)
+        b = len(coordinates)
         x = coordinates.expand(len(points), b, -1)
-        y = self.labels.expand(len(points), b)
+        y = labels.expand(len(points), *labels.shape)
         weight = torch.ones(len(points), b, dtype=points.dtype, device=points.device)
         gradients = chain_value_and_grad(self.layout, points, x, y, weight)[1]
         return gradients[:k] - gradients[2 : k + 2]
 
-    def residual(self, anchor: torch.Tensor, coordinates: torch.Tensor) -> torch.Tensor:
-        return (self.predicted(anchor, coordinates) - self.difference).flatten()
+    def residual(self, anchor: torch.Tensor, coordinates: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return (self.predicted(anchor, coordinates, labels) - self.difference).flatten()
 
 
-def identifiability(problem: JointProblem, anchor: torch.Tensor, coordinates: torch.Tensor) -> dict[str, float]:
+def identifiability(
+    problem: JointProblem, anchor: torch.Tensor, coordinates: torch.Tensor, labels: torch.Tensor
+) -> dict[str, float]:
     """How well D pins the inputs down when the anchor is free, at the point (anchor, coordinates).
 
     With J_a, J_x the Jacobians of the predicted differences in the anchor and in the input coordinates,
@@ -65,8 +69,8 @@ def identifiability(problem: JointProblem, anchor: torch.Tensor, coordinates: to
     the share of the smallest input perturbation's effect on D that no anchor perturbation can cancel
     (1: the anchor costs nothing; ~0: some input change is locally indistinguishable from an anchor
     change). ``anchor_rank`` is the numerical rank of J_a over its p_red columns (what D says about a)."""
-    j_a = jacfwd(problem.residual, argnums=0)(anchor, coordinates)
-    j_x = jacfwd(problem.residual, argnums=1)(anchor, coordinates).flatten(1)
+    j_a = jacfwd(problem.residual, argnums=0)(anchor, coordinates, labels)
+    j_x = jacfwd(problem.residual, argnums=1)(anchor, coordinates, labels).flatten(1)
     u, s, _ = torch.linalg.svd(j_a, full_matrices=False)
     rank = int((s > 1e-10 * s[0]).sum())
     u = u[:, :rank]
@@ -81,30 +85,39 @@ def identifiability(problem: JointProblem, anchor: torch.Tensor, coordinates: to
 
 
 def joint_fit(
-    problem: JointProblem, anchor: torch.Tensor, coordinates: torch.Tensor, iterations: int
-) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Levenberg-Marquardt (Nocedal & Wright 2006, Sec. 10.3, Marquardt's diagonal scaling) on
-    ||D(a, x) - D||^2 over the anchor and the input coordinates together, from (anchor, coordinates) (the
-    attacker starts at the corrupt node's model); returns both and the final objective."""
-    q = len(anchor)
-    theta = torch.cat([anchor, coordinates.flatten()])
-    shape = coordinates.shape
+    problem: JointProblem,
+    anchor: torch.Tensor,
+    coordinates: torch.Tensor,
+    labels: torch.Tensor,
+    iterations: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """L-BFGS (strong Wolfe line search) on ||D(a, x, y) - D||^2 over the anchor and the input coordinates
+    together, from (anchor, coordinates); ``labels`` (B,) classes stay fixed, (B, C) probabilities are
+    learnt too (as softmax of logits, DLG's soft labels). Returns the three and the final objective."""
+    soft = labels.is_floating_point()
+    a, x = anchor.clone().requires_grad_(True), coordinates.clone().requires_grad_(True)
+    logits = labels.clamp_min(1e-6).log().requires_grad_(True) if soft else None
+    optimiser = torch.optim.LBFGS(
+        [a, x, logits] if soft else [a, x],
+        max_iter=iterations,
+        max_eval=2 * iterations,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-15,
+        tolerance_change=0.0,
+    )
 
-    def residual(t: torch.Tensor) -> torch.Tensor:
-        return problem.residual(t[:q], t[q:].reshape(shape))
+    def current() -> torch.Tensor:
+        return torch.softmax(logits, -1) if soft else labels
 
-    r = residual(theta)
-    damping = 1e-3
-    for _ in range(iterations):
-        j = jacfwd(residual)(theta)
-        normal, slope = j.T @ j, j.T @ r
-        scale = normal.diagonal().clamp_min(1e-12)
-        step = torch.linalg.solve(normal + damping * torch.diag(scale), -slope)
-        trial = residual(theta + step)
-        if trial.norm() < r.norm():
-            theta, r, damping = theta + step, trial, max(damping / 3, 1e-12)
-        else:
-            damping *= 4
-        if r.norm() <= 1e-10 * problem.difference.norm() or damping > 1e12:
-            break
-    return theta[:q], theta[q:].reshape(shape), float(r.pow(2).sum())
+    def closure():
+        optimiser.zero_grad()
+        loss = problem.residual(a, x, current()).pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimiser.step(closure)
+    with torch.no_grad():
+        y = current()
+        objective = float(problem.residual(a, x, y).pow(2).sum())
+    return a.detach(), x.detach(), y.detach(), objective
