@@ -73,3 +73,16 @@ def test_the_anchor_is_locally_identifiable_but_the_corrupt_nodes_model_is_far_o
         assert offset.norm() > 20
         near = joint_fit(problem, anchor + 0.1 * offset, start, labels, 500)
         assert input_error(near[1], coordinates) < 1e-2  # 7e-4 and 8e-4 measured
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["attack.anchor=fitted", "attack.oracle=true", "attack.span=false", "attack.joint_rounds=0"],
+)
+def test_a_joint_anchor_it_cannot_fit_is_refused(override):
+    from decpriv.errors import ConfigError
+
+    extra = [] if override.startswith("attack.anchor") else ["attack.anchor=joint"]
+    cfg, _ = compose_config(["experiment=yu_e3", "setting=yu_decentralized_joint", *extra, override])
+    with pytest.raises(ConfigError, match="attack.anchor"):
+        experiment.build(cfg)
