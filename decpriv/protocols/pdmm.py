@@ -6,7 +6,8 @@ For every node i and neighbour j, with B_{i|j} = +I if i < j and -I otherwise:
     z_{j|i}^{t+1} = (1 - theta) z_{j|i}^t + theta (z_{i|j}^t + 2 rho B_{i|j} w_i^{t+1})
 
 theta = 1 is PDMM, theta = 1/2 ADMM. The local problem is solved ``exact`` (damped Newton when
-p <= ``newton_max``, L-BFGS otherwise, both with a line search, until the optimality residual
+p <= ``newton_max``, otherwise truncated Newton on Hessian-vector products in the span of the node's
+inputs, or L-BFGS with ``solver=lbfgs``, all with a line search, until the optimality residual
 ||grad||_inf is below ``tol``; :mod:`decpriv.protocols.local_solve`), ``inexact`` (k_max warm-started
 gradient steps of size alpha, Sec. 3.2) or by the quadratic approximation ``qa``
 (w^{t+1} = [mu w^t - grad f_i(w^t) - sum_j B z^t] / (mu + rho d_i)). f_i is a sum over the local samples.
@@ -136,8 +137,9 @@ class PDMM(Protocol):
     ) -> tuple[Solve, Memory | None]:
         """argmin f_i(w) + c_i^T w + (rd_i / 2)||w||^2 for all nodes, per ``update``, warm-started at w.
 
-        ``exact`` returns the optimality residual ||grad||_inf of every node and L-BFGS's curvature
-        ``memory`` for the next round; the inexact updates do not aim at the optimum (residual NaN).
+        ``exact`` returns the optimality residual ||grad||_inf of every node (and, with ``solver=lbfgs``,
+        L-BFGS's curvature ``memory`` for the next round); the inexact updates do not aim at the optimum
+        (residual NaN).
         """
         if self.update in ("qa", "inexact"):
             gradient = vmap(grad(model.loss))
