@@ -96,6 +96,7 @@ def compare(n: int) -> None:
         "model=linear_regression",
         f"protocol.rounds={ROUNDS}",
         "protocol.rho=1.0",
+        "protocol.z_std=0",  # the loop starts at z = 0: plain PDMM
         "protocol.eval_every=1000",
     ]
     cfg, _ = compose_config(overrides)
