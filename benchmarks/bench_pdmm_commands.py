@@ -1,7 +1,7 @@
 """Whole PDMM commands as a user runs them: wall time and the share spent simulating vs attacking.
 
 - the headline `decpriv run protocol=pdmm attack=diffgrad` (ring 16, softmax, one digit per node);
-- `experiment=yu_e2_digits` at n_i = 1 (RGG N = 100, MLP 100, 10 PDMM rounds, diffgrad in closed form, 4 victims);
+- `experiment=yu_e2_digits` at n_i = 1 (RGG N = 100, MLP 100, 20 PDMM rounds, diffgrad in closed form, 4 victims);
 - `experiment=yu_e3 setting=yu_decentralized` at n_i = 1 (the same, diffgrad by L-BFGS with enumerated labels).
 
 Each runs in a subprocess (start-up included); the phase times come from the run's run.json. The local

@@ -3,13 +3,19 @@
 PDMM's w-update (Yu 2023, Eq. 2.6) asks every node for argmin_w phi_i(w) with
 phi_i(w) = f_i(w) + c_i^T w + (rho d_i / 2) ||w||^2, and Theorem 1 reads the leaked gradient difference
 off its optimality condition (Eq. 2.11), so the value the adversary extracts is only as right as the
-solve. Both solvers here run all nodes in lockstep on stacked (n, p) tensors, stop a node once its
+solve. The solvers here run all nodes in lockstep on stacked (n, p) tensors, stop a node once its
 optimality residual ||grad phi_i||_inf is below ``tol`` and return that residual, so the caller can say
 whether the solve converged:
 
 - :func:`newton`: Newton's method with an Armijo backtracking line search (Nocedal & Wright 2006,
   Alg. 3.1 with the Newton direction); where a node's Hessian is not positive definite (non-convex f_i)
   it takes the steepest-descent direction instead, so the line search always sees a descent direction.
+- :func:`newton_cg`: truncated Newton (Newton-CG, Nocedal & Wright 2006, Alg. 7.1) with the same line
+  search, for large p: each Newton direction solves H d = -g by conjugate gradients on Hessian-vector
+  products only (:class:`decpriv.protocols.pdmm_objective.LocalProblems`), to the relative accuracy
+  min(0.5, sqrt(||g||)) that keeps Newton's superlinear convergence; negative curvature met at the first CG
+  step gives steepest descent, later the CG iterate so far (both descent directions). Nodes leave the batch
+  as they converge, so a slow node does not make the others pay.
 - :func:`lbfgs`: limited-memory BFGS (Nocedal & Wright 2006, Alg. 7.4, two-loop recursion) with the same
   line search; curvature pairs with s^T y <= 0 are skipped, which keeps the inverse-Hessian model
   positive definite on non-convex f_i (MLP, CNN).
@@ -17,14 +23,21 @@ whether the solve converged:
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from decpriv.protocols.pdmm_objective import ChainCurvature, FunctionCurvature, LocalProblems
+
+    Curvature = ChainCurvature | FunctionCurvature
 
 ValueAndGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # (n, p) -> (n,), (n, p)
 Hessian = Callable[[torch.Tensor], torch.Tensor]  # (n, p) -> (n, p, p)
 
 ARMIJO = 1e-4
 MAX_HALVINGS = 40
+FORCING = 0.5
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,61 @@ def newton(objective: ValueAndGrad, hessian: Hessian, w: torch.Tensor, tol: floa
         w, value, gradient, _ = _line_search(objective, w, value, gradient, direction)
         iterations += active.long()
     return Solve(w, _residual(gradient), iterations)
+
+
+def truncated_cg(curvature: "Curvature", gradient: torch.Tensor, max_iter: int) -> torch.Tensor:
+    """Per node, an approximate solution d of H d = -g by CG from d = 0 (Nocedal & Wright 2006, Alg. 7.1),
+    stopped at ||H d + g|| <= min(FORCING, ||g||) ||g||, at negative curvature, or after ``max_iter``;
+    a node that stops leaves the batch (``curvature.restrict``)."""
+    norm = gradient.norm(dim=1)
+    target = torch.minimum(norm, torch.full_like(norm, FORCING)) * norm
+    d = torch.zeros_like(gradient)
+    rows = torch.nonzero(norm > 0).squeeze(1)
+    r = -gradient[rows]
+    p, rr, operator = r, norm[rows] ** 2, curvature.restrict(rows)
+    for k in range(max_iter):
+        if not len(rows):
+            break
+        hp = operator(p)
+        curvature_along = (p * hp).sum(1)
+        negative = curvature_along <= 0
+        if k == 0:  # no CG step yet: the steepest descent direction
+            d[rows[negative]] = -gradient[rows[negative]]
+        alpha = torch.where(negative, 0.0, rr / torch.where(negative, 1.0, curvature_along))
+        d.index_add_(0, rows, alpha[:, None] * p)
+        r = r - alpha[:, None] * hp
+        new_rr = (r * r).sum(1)
+        keep = ~negative & (new_rr.sqrt() > target[rows])
+        p, rr = r + (new_rr / rr)[:, None] * p, new_rr
+        if not keep.all():
+            rows, r, p, rr, operator = rows[keep], r[keep], p[keep], rr[keep], operator.restrict(keep)
+    return d
+
+
+def newton_cg(
+    problems: "LocalProblems", w: torch.Tensor, tol: float, max_iter: int, cg_max: int = 100
+) -> Solve:
+    """Truncated Newton on every node until ||grad phi_i||_inf <= tol, no acceptable step, or ``max_iter``
+    iterations; a node that stops is dropped from the batch (its rows are no longer evaluated)."""
+    n, here, sub = w.shape[0], w, problems
+    w = w.clone()
+    residual, iterations = w.new_empty(n), torch.zeros(n, dtype=torch.int64, device=w.device)
+    rows = torch.arange(n, device=w.device)
+    value, gradient = sub.value_and_grad(here)
+    stuck = torch.zeros(n, dtype=torch.bool, device=w.device)
+    for k in range(max_iter + 1):
+        res = _residual(gradient)
+        residual[rows], w[rows] = res, here
+        going = (res > tol) & ~stuck
+        if k == max_iter or not going.any():
+            break
+        if not going.all():
+            rows, here, value, gradient = rows[going], here[going], value[going], gradient[going]
+            sub = sub.restrict(going)
+        direction = truncated_cg(sub.curvature(here), gradient, cg_max)
+        here, value, gradient, stuck = _line_search(sub.value_and_grad, here, value, gradient, direction)
+        iterations[rows] += 1
+    return Solve(w, residual, iterations)
 
 
 @dataclass(eq=False)

@@ -6,7 +6,8 @@ For every node i and neighbour j, with B_{i|j} = +I if i < j and -I otherwise:
     z_{j|i}^{t+1} = (1 - theta) z_{j|i}^t + theta (z_{i|j}^t + 2 rho B_{i|j} w_i^{t+1})
 
 theta = 1 is PDMM, theta = 1/2 ADMM. The local problem is solved ``exact`` (damped Newton when
-p <= ``newton_max``, L-BFGS otherwise, both with a line search, until the optimality residual
+p <= ``newton_max``, otherwise truncated Newton on Hessian-vector products in the span of the node's
+inputs, or L-BFGS with ``solver=lbfgs``, all with a line search, until the optimality residual
 ||grad||_inf is below ``tol``; :mod:`decpriv.protocols.local_solve`), ``inexact`` (k_max warm-started
 gradient steps of size alpha, Sec. 3.2) or by the quadratic approximation ``qa``
 (w^{t+1} = [mu w^t - grad f_i(w^t) - sum_j B z^t] / (mu + rho d_i)). f_i is a sum over the local samples.
@@ -22,6 +23,7 @@ Edge variables are stacked as a (2E, p) tensor over directed edges (i -> j holds
 """
 
 import warnings
+from dataclasses import replace
 from typing import Annotated, Literal
 
 import numpy as np
@@ -36,12 +38,14 @@ from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise
 from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import MAX_COUNT, EvalEvery, Outcome, Precision, Protocol, Simulation, eval_rounds
-from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton
+from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton, newton_cg
+from decpriv.protocols.pdmm_objective import InputSpan, Layout, LocalProblems
 
 Rounds = Annotated[int, Range(ge=3, le=MAX_COUNT, what="PDMM's number of rounds")]
 Penalty = Annotated[float, Range(gt=0, what="the penalty rho", eg=0.4)]
 Tolerance = Annotated[float, Range(gt=0, what="the residual tolerance", eg=1e-8)]
 MaxInner = Annotated[int, Range(ge=1, what="the number of inner iterations", eg=500)]
+Solver = Literal["newton_cg", "lbfgs"]
 
 
 class NotConverged(RuntimeError):
@@ -94,10 +98,12 @@ class PDMM(Protocol):
         tol: Tolerance = 1e-8,
         max_inner: MaxInner = 500,
         newton_max: int = 64,
+        solver: Solver = "newton_cg",
         strict: bool = False,
         eval_every: EvalEvery = None,
         dtype: Precision = "float64",
     ):
+        self.solver = solver
         self.rounds, self.rho, self.theta, self.update = rounds, rho, theta, update
         self.k_max, self.alpha, self.mu, self.z_std = k_max, alpha, mu, z_std
         self.tol, self.max_inner, self.newton_max, self.strict = tol, max_inner, newton_max, strict
@@ -131,8 +137,9 @@ class PDMM(Protocol):
     ) -> tuple[Solve, Memory | None]:
         """argmin f_i(w) + c_i^T w + (rd_i / 2)||w||^2 for all nodes, per ``update``, warm-started at w.
 
-        ``exact`` returns the optimality residual ||grad||_inf of every node and L-BFGS's curvature
-        ``memory`` for the next round; the inexact updates do not aim at the optimum (residual NaN).
+        ``exact`` returns the optimality residual ||grad||_inf of every node (and, with ``solver=lbfgs``,
+        L-BFGS's curvature ``memory`` for the next round); the inexact updates do not aim at the optimum
+        (residual NaN).
         """
         if self.update in ("qa", "inexact"):
             gradient = vmap(grad(model.loss))
@@ -145,16 +152,7 @@ class PDMM(Protocol):
             steps = torch.full_like(nan, self.k_max if self.update == "inexact" else 1).long()
             return Solve(w, nan, steps), None
 
-        local_loss = vmap(model.loss)
-
-        def objective(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            # phi_i depends on w_i alone, so the gradient of sum_i phi_i is every node's gradient at once
-            v = v.detach().requires_grad_(True)
-            with torch.enable_grad():
-                values = local_loss(v, x, y, mask) + (c * v).sum(1) + 0.5 * rd * (v * v).sum(1)
-                (gradient,) = torch.autograd.grad(values.sum(), v)
-            return values.detach(), gradient
-
+        problems = LocalProblems(model, Layout.of(model), c, rd, x, y, mask)
         if w.shape[1] <= self.newton_max:
 
             def phi(wi, ci, rdi, xi, yi, mi):
@@ -162,8 +160,17 @@ class PDMM(Protocol):
 
             curvature = vmap(hessian(phi))
             hess = lambda v: curvature(v, c, rd, x, y, mask)  # noqa: E731
-            return newton(objective, hess, w, self.tol, self.max_inner), None
-        return lbfgs(objective, w, self.tol, self.max_inner, memory)
+            return newton(problems.value_and_grad, hess, w, self.tol, self.max_inner), None
+        if self.solver == "lbfgs":  # on torch.func gradients, as before newton_cg: the benchmark's reference
+            return lbfgs(replace(problems, layout=None).value_and_grad, w, self.tol, self.max_inner, memory)
+        span = InputSpan.of(problems)
+        if span is None:
+            return newton_cg(problems, w, self.tol, self.max_inner), None
+        reduced, start = span.reduce(problems, w)
+        inner = newton_cg(reduced, start, self.tol, self.max_inner)
+        # the residual reported is the full problem's: polish there (no step where the reduction reached tol)
+        full = newton_cg(problems, span.expand(problems, inner.w), self.tol, self.max_inner)
+        return replace(full, iterations=inner.iterations + full.iterations), None
 
     def convergence(self, residuals: torch.Tensor, inner: torch.Tensor) -> dict[str, float]:
         """The exact update's largest optimality residual over nodes and rounds; warn (or fail when

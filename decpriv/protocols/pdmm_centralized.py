@@ -13,7 +13,7 @@ An eavesdropper so reads w_i^{t+1} = (z_{i|s}^{t+1} + z_{s|i}^t) / 2 and, from t
 condition, its gradient grad f_i(w_i^{t+1}) = -rho (w_i^{t+1} - z_{s|i}^t) in a single round: a star has
 N - 1 < N edges, so subspace perturbation has no non-convergent subspace to hide it in.
 The client problems are solved as PDMM's exact update (:meth:`decpriv.protocols.pdmm.PDMM.local_solve`:
-Newton or L-BFGS with a line search to ``tol``; the residual is reported and warned about likewise).
+Newton with a line search to ``tol``; the residual is reported and warned about likewise).
 """
 
 import numpy as np
@@ -32,6 +32,7 @@ from decpriv.protocols.pdmm import (
     MaxInner,
     Penalty,
     Rounds,
+    Solver,
     Tolerance,
     directed_edges,
     last_change,
@@ -56,6 +57,7 @@ class PDMMCentralized(PDMM):
         tol: Tolerance = 1e-8,
         max_inner: MaxInner = 500,
         newton_max: int = 64,
+        solver: Solver = "newton_cg",
         strict: bool = False,
         eval_every: EvalEvery = None,
         dtype: Precision = "float64",
@@ -66,6 +68,7 @@ class PDMMCentralized(PDMM):
             tol=tol,
             max_inner=max_inner,
             newton_max=newton_max,
+            solver=solver,
             strict=strict,
             eval_every=eval_every,
             dtype=dtype,

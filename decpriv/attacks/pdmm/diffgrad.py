@@ -37,6 +37,7 @@ from decpriv.attacks.inversion.scoring import (
     reconstruction_grid,
     score_batches,
 )
+from decpriv.attacks.pdmm.anchor import JointProblem, joint_fit, reduce_first_layer
 from decpriv.attacks.pdmm.leak import (
     Assumed,
     check_assumptions,
@@ -46,6 +47,7 @@ from decpriv.attacks.pdmm.leak import (
     links,
 )
 from decpriv.errors import bad_value
+from decpriv.protocols.pdmm_objective import Layout
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
@@ -75,6 +77,8 @@ def true_difference(view: View, victims: np.ndarray, t: int) -> tuple[torch.Tens
 
 
 LABELS = ("auto", "enumerate", "optimise")
+ANCHORS = ("corrupt", "joint")
+JOINT = "joint anchor + inputs in the span"
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,8 +111,21 @@ class DiffGrad(Attack):
         alpha: float | None = None,
         mu: float | None = None,
         oracle: bool = False,
+        anchor: str = "corrupt",
+        joint_rounds: int = 4,
+        joint_iterations: int = 500,
     ):
         check_assumptions(update, form, theta, "attack")
+        if anchor not in ANCHORS:
+            raise bad_value("attack.anchor", anchor, "unknown anchor", f"use one of {', '.join(ANCHORS)}")
+        if anchor == "joint" and (oracle or not span or min(joint_rounds, joint_iterations) < 1):
+            raise bad_value(
+                "attack.anchor",
+                anchor,
+                "the joint fit works in the inputs' span, on the messages' differences of joint_rounds >= 1 rounds",
+                "set attack.span=true, attack.oracle=false, attack.joint_rounds and attack.joint_iterations >= 1, "
+                "or attack.anchor=corrupt",
+            )
         if labels not in LABELS:
             raise bad_value("attack.labels", labels, "unknown label mode", f"use one of {', '.join(LABELS)}")
         if victims is not None and victims < 1:
@@ -124,7 +141,8 @@ class DiffGrad(Attack):
         self.victims, self.round, self.t_max, self.batch_size = victims, round, t_max, batch_size
         self.analytic, self.form, self.update, self.labels = analytic, form, update, labels
         self.rho, self.theta, self.alpha, self.mu = rho, theta, alpha, mu
-        self.oracle, self.span = oracle, span
+        self.oracle, self.span, self.anchor, self.joint_rounds = oracle, span, anchor, joint_rounds
+        self.joint_iterations = joint_iterations
         self.config = InversionConfig(
             cost="l2",
             optimiser="lbfgs",
@@ -154,6 +172,15 @@ class DiffGrad(Attack):
                 self.round,
                 f"differences up to round {t_max - 3} are leaked by t_max={t_max}",
                 f"use attack.round <= {t_max - 3}",
+            )
+        if self.anchor == "joint" and not first_layer_on_input(
+            context.model, int(np.prod(context.data.input_shape))
+        ):
+            raise bad_value(
+                "attack.anchor",
+                self.anchor,
+                "the joint fit reduces the model to its inputs' span, which needs a fully connected first layer",
+                "use model=mlp, softmax or logistic, or attack.anchor=corrupt",
             )
         if context.data.task != "classification":
             raise bad_value(
@@ -207,6 +234,9 @@ class DiffGrad(Attack):
                 victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic", settling
             )
         generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
+        if self.anchor == "joint":
+            xs, ys, objectives = self.fit_jointly(view, leak, target, batch, generator)
+            return Reconstruction(victims, xs, ys, objectives, t_max, JOINT, settling)
         dense = first_layer_on_input(view.model, int(np.prod(spec.input_shape)))
         xs, ys, objectives = [], [], []
         for v in range(len(victims)):  # one problem per victim; labels and restarts are batched inside
@@ -230,6 +260,37 @@ class DiffGrad(Attack):
         method = "lbfgs in the inputs' span" if self.span and dense else "lbfgs"
         return Reconstruction(victims, xs, ys, objectives, t_max, method, settling)
 
+    def fit_jointly(self, view: View, leak, target: torch.Tensor, batch: int, generator: torch.Generator):
+        """Per victim, the anchor (its model at t_max) fitted with its inputs and soft labels to the first
+        ``joint_rounds`` leaked differences (:mod:`decpriv.attacks.pdmm.anchor`), from the corrupt node's
+        model, ``restarts`` random starts of the inputs' span coordinates, the best objective kept."""
+        spec, layout = view.data_spec, Layout.of(view.model)
+        rounds = min(self.joint_rounds, len(leak.difference))
+        xs, ys, objectives = [], [], []
+        for v in range(len(view.plan.victims)):  # one problem per victim
+            basis = input_span(view.model, target[v], batch)
+            reduce = partial(reduce_first_layer, layout, basis)
+            relative = leak.trajectory[:, v] - leak.trajectory[-1, v]
+            problem = JointProblem(
+                layout.narrowed(basis.shape[1]), reduce(relative), reduce(leak.difference[:rounds, v])
+            )
+            uniform = torch.full((batch, spec.num_classes), 1 / spec.num_classes, dtype=torch.float64)
+            fits = [
+                joint_fit(
+                    problem,
+                    reduce(leak.trajectory[-1, v]),
+                    torch.randn(batch, basis.shape[1], generator=generator, dtype=torch.float64),
+                    uniform,
+                    self.joint_iterations,
+                )
+                for _ in range(view.plan.config.restarts)
+            ]
+            _, coordinates, labels, objective = min(fits, key=lambda fit: fit[3])
+            xs.append((coordinates @ basis.T).reshape(batch, *spec.input_shape))
+            ys.append(labels.argmax(-1))
+            objectives.append(objective)
+        return xs, ys, objectives
+
     def evaluate(self, findings: Reconstruction, truth: Truth, view: View) -> Findings:
         spec = view.data_spec
         is_image = spec.is_image
@@ -243,7 +304,10 @@ class DiffGrad(Attack):
             "attack_oracle": self.oracle,
             "attack_t_max": findings.t_max,
             "attack_round": self.round,
-            "attack_labels": view.plan.config.labels if findings.method != "analytic" else "analytic",
+            "attack_labels": {"analytic": "analytic", JOINT: "optimise"}.get(
+                findings.method, view.plan.config.labels
+            ),
+            "attack_anchor": self.anchor,
             "attack_l2_error": float(table["l2_error"].mean()),
             "attack_l2_error_median": float(table["l2_error"].median()),
             "attack_undefined": int((~table["defined"]).sum()),
@@ -255,7 +319,7 @@ class DiffGrad(Attack):
         how = (
             "closed form"
             if findings.method == "analytic"
-            else f"{findings.method}, labels {view.plan.config.labels}"
+            else f"{findings.method}, labels {summary['attack_labels']}"
         )
         if self.oracle:
             how += "; ORACLE: target from the true data, not the messages"
@@ -276,7 +340,7 @@ class DiffGrad(Attack):
             else f"labels {summary['attack_label_accuracy']:.0%} right"
         )
         anchor = ""
-        if findings.method != "analytic" and not self.oracle and findings.settling > 0.01:
+        if findings.method.startswith("lbfgs") and not self.oracle and findings.settling > 0.01:
             anchor = (
                 f" The victims' last leaked step is {findings.settling:.2g} of their first: the models had "
                 f"not settled by t_max={findings.t_max}, so the points anchored at the corrupt node's model are off."
