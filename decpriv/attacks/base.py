@@ -23,7 +23,6 @@ class Attack(ABC):
     name = "attack"
     active = False  # true for attacks that forge messages: behaviour() then returns the forgery
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
-    oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
     # what the attack is read by, each beside its no-attack baseline (decpriv/report/headline.py): every
     # view of a run opens with these; a new attack declares its own
     headline: tuple[Headline, ...] = ()
