@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from decpriv.report.aggregate import aggregate, load_sweep, varying_metrics, wide
+from decpriv.report.aggregate import SEED, aggregate, headline_over_seeds, load_sweep, varying_metrics, wide
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.convergence import convergence_note
 from decpriv.report.plots import TRAINING_PANELS
@@ -51,6 +51,9 @@ def sweep_document(path: Path) -> Document:
 
     failed = sweep.table[sweep.table["status"] != "completed"]
     tables = [("mean ± std over seeds (n = completed seeds)", wide(stats, sweep.group_keys, shown))]
+    if sweep.headline and SEED in sweep.keys:  # a claim over seeds: on how many it holds, and the median
+        over_seeds = headline_over_seeds(sweep)
+        tables.insert(0, ("headline over seeds (beats: seeds where it beats its baseline)", over_seeds))
     if not failed.empty:
         tables.append(
             ("jobs that did not complete", failed[["job", *sweep.keys, "status", "error"]].fillna(""))
