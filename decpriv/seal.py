@@ -32,6 +32,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ def child_environment() -> dict[str, str]:
     path = [str(Path(p).resolve()) for p in sys.path if p and str(Path(p).resolve()) != cwd]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
     return env
+
+
+THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
 
 
 class SealedBehaviour(Behaviour):
@@ -131,7 +135,7 @@ class Sealed:
     each run over there. ``streams`` answers the process's ``attack.*`` stream names."""
 
     def __init__(self, attack: bytes, streams: Callable[[str], int]):
-        self._streams = streams
+        self._streams, self._plan = streams, THEIRS  # no plan until prepare ran over there
         self._socket = warm().session()
         self._file = self._socket.makefile("rwb")
         self._send(attack, raw=True)
@@ -163,16 +167,22 @@ class Sealed:
             raise error
 
     def prepare(self, context) -> Any:
-        return self.call("prepare", context)
+        self._plan = self.call("prepare", context)
+        return self._plan
+
+    def _theirs(self, plan: Any) -> Any:
+        """The plan as the process should read it: its own object when it is the one its prepare returned
+        (an active attack's plan is its forger, which keeps state over the run), else the pipeline's."""
+        return THEIRS if plan is self._plan else plan
 
     def kept_links(self, context, plan: Any, observed: np.ndarray) -> np.ndarray:
-        return self.call("kept_links", context, plan, observed)
+        return self.call("kept_links", context, self._theirs(plan), observed)
 
     def behaviour(self, context, plan: Any) -> Behaviour | None:
-        return SealedBehaviour(self) if self.call("behaviour", context, plan) else None
+        return SealedBehaviour(self) if self.call("behaviour", context, self._theirs(plan)) else None
 
     def run(self, view) -> Any:
-        return self.call("run", view)
+        return self.call("run", replace(view, plan=self._theirs(view.plan)))
 
     def close(self) -> None:
         """End the session (the child exits when its socket closes)."""
@@ -181,13 +191,24 @@ class Sealed:
         self._socket.close()
 
 
+def _is_theirs(plan: Any) -> bool:
+    return isinstance(plan, str) and plan == THEIRS
+
+
 def _serve(attack: Any, state: dict[str, Any], method: str, args: tuple) -> Any:
+    if method == "run" and _is_theirs(args[0].plan):
+        args = (replace(args[0], plan=state["plan"]),)
+    elif method in ("kept_links", "behaviour") and _is_theirs(args[1]):
+        args = (args[0], state["plan"], *args[2:])
+    if method == "prepare":
+        state["plan"] = attack.prepare(*args)
+        return state["plan"]
     if method == "behaviour":
         state["behaviour"] = attack.behaviour(*args)
         return state["behaviour"] is not None
     if method == "forge":
         return state["behaviour"].forge(*args)
-    if method not in ("prepare", "kept_links", "run"):
+    if method not in ("kept_links", "run"):
         raise ValueError(f"the sealed attack process serves no {method!r}")
     return getattr(attack, method)(*args)
 
