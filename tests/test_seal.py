@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 
 from decpriv import api, experiment
+from decpriv.report import headline
+from decpriv.report.document import run_document
 from decpriv.rng import ScopedSeeds, Seeds, derive_seed, scoped
 
 OVERRIDES = ["attack=peek", "protocol.rounds=3", "seed=3"]
@@ -71,6 +73,7 @@ def test_a_declared_oracle_gets_the_truth_and_is_marked(peek_conf):
     summary = pd.read_csv(peek_conf / "run" / "summary.csv")
     assert meta["attack_oracle"] is True and summary.attack_oracle.iloc[0]
     assert summary.peek_declared.iloc[0]
+    assert headline.ORACLE_NOTE in run_document(peek_conf / "run").facts  # decpriv report (and show) say so
 
 
 def test_scoped_seeds_hold_no_root():

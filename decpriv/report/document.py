@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from decpriv.report import headline
 from decpriv.report.aggregate import SEED, aggregate, headline_over_seeds, load_sweep, varying_metrics, wide
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.convergence import convergence_note
@@ -85,6 +86,8 @@ def run_document(path: Path) -> Document:
     ]
     if meta.get("error"):
         facts.append(f"error: {meta['error']}")
+    if meta.get("attack_oracle"):
+        facts.append(headline.ORACLE_NOTE)
     if isinstance(summary.get("verdict"), str):
         facts.append(f"verdict: {summary['verdict']}")
     history_file = path / "history.csv"

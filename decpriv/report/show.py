@@ -224,6 +224,8 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         )
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
+        if meta.get("attack_oracle"):
+            console.print(f"[yellow]{headline.ORACLE_NOTE}[/]", highlight=False)
     sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
         frame = read_table(file)
