@@ -296,6 +296,7 @@ def test_mia_balanced_and_beside_its_null(cli, tmp_path, lr):
         "attack=mia",
         "attack.marginalize=auto",
         "attack.every=4",
+        "attack.non_members=balanced",
         "adversary.nodes=[0,6]",
         "partition.per_node=16",
         "protocol.rounds=8",
