@@ -23,7 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv import seal
+from decpriv import zygote
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.attacks.base import Attack
@@ -259,8 +259,9 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
     cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists;
     a single run passes the returned build on to :func:`run` (it builds once)."""
     begin = time.perf_counter()
-    if isinstance(cfg.get("attack"), DictConfig):
-        seal.warm()  # the sealed attack's zygote imports while the run is set up
+    if isinstance(cfg.get("attack"), DictConfig) and "_target_" in cfg.attack:
+        # the sealed attack's zygote imports the attack's module while the run is set up
+        zygote.warm(str(cfg.attack._target_).rpartition(".")[0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
@@ -431,7 +432,8 @@ def _pipeline(
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:  # the process starts now and imports while the protocol runs
-            sealed = Sealed(setup.sealed_attack, scoped(setup.seeds, "attack."))
+            module = type(setup.attack).__module__
+            sealed = Sealed(setup.sealed_attack, module, scoped(setup.seeds, "attack."))
         if early:
             with progress.phase(folder, "prepare", show_progress, setup.attack.name):
                 plan = sealed_plan(setup, sealed)

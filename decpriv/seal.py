@@ -1,71 +1,40 @@
 """The sealed attack process: an attack's code runs where the truth does not exist.
 
-The pipeline (:mod:`decpriv.experiment`) starts one fresh Python process per run and hands it, over a pipe,
-the attack as it was built from its config (before any of its methods ran), then the
-:class:`~decpriv.adversary.view.AttackContext`, the per-round observations of an active behaviour and the
-:class:`~decpriv.adversary.view.View`, each serialised with pickle. The process gets no root seed (its
-:class:`~decpriv.rng.ScopedSeeds` asks the pipeline for each ``attack.*`` stream), no config, no run folder
-(its working directory is an empty temporary one), no command line and an environment reduced to
-:data:`KEPT_ENV`; the simulation, the data set and :class:`~decpriv.truth.Truth` live in the pipeline's
-process only, so no frame walk, garbage-collector scan or stored attribute of the attack can reach them.
-A declared oracle (``attack.oracle=true``) is the one way the truth crosses, put in the View by the
-pipeline itself.
+For each run the pipeline (:mod:`decpriv.experiment`) has the zygote (:mod:`decpriv.zygote`, a clean
+interpreter started once) fork a child, and hands it over a socket, pickled: the attack as it was built
+from its config (before any of its methods ran), then the :class:`~decpriv.adversary.view.AttackContext`,
+the per-round observations of an active behaviour and the :class:`~decpriv.adversary.view.View`. The
+child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds` asks the pipeline for each ``attack.*``
+stream), no config, no run folder (its working directory is an empty temporary one), no command line of
+ours and an environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
+:class:`~decpriv.truth.Truth` live in the pipeline's process only, so no frame walk, garbage-collector
+scan or stored attribute of the attack can reach them. A declared oracle (``attack.oracle=true``) is the
+one way the truth crosses, put in the View by the pipeline itself.
 
 What it does not close: channels of the operating system open to any process of the same user (another
 process's ``/proc`` entries, files on disk) and guessing the root seed (a small integer) to re-simulate the
-world. Run untrusted attack code under another user or in a container for those.
+world. Run untrusted attack code under another user or in a container for those. Linux and macOS only
+(fork, file descriptors passed over Unix sockets).
 """
 
-import atexit
-import importlib
 import os
 import pickle
-import pkgutil
-import select
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from decpriv import rng
+from decpriv import rng, zygote
 from decpriv.adversary.behaviour import Behaviour, Forgery
-
-# what the process keeps of the environment: the search path of programs, the locale, the thread counts
-# and the accelerator's selection (a config override or the run folder never travel in these)
-KEPT_ENV = (
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "TMPDIR",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "CUDA_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH",
-)
-
-
-def child_environment() -> dict[str, str]:
-    """The kept variables, and the parent's import path (absolute, without its working directory) so the
-    attack's module imports as it did in the pipeline."""
-    env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
-    cwd = os.getcwd()
-    path = [str(Path(p).resolve()) for p in sys.path if p and str(Path(p).resolve()) != cwd]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
-    return env
-
 
 THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
 
@@ -83,60 +52,14 @@ class SealedBehaviour(Behaviour):
         return self._sealed.call("forge", round_, senders, observed.cpu(), own.cpu())
 
 
-class Zygote:
-    """A clean process that only forks: started once (from this process, with :data:`KEPT_ENV`, an empty
-    working directory and no arguments), it imports torch and the attack interface, then forks one child
-    per sealed session and hands it the session's socket. It never receives anything but those sockets,
-    so each child starts from an interpreter that has seen nothing of any run, in milliseconds."""
-
-    def __init__(self):
-        self._control, theirs = socket.socketpair()
-        self._folder = tempfile.TemporaryDirectory(prefix="decpriv-attack-")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "decpriv.seal", str(theirs.fileno())],
-            stdin=subprocess.DEVNULL,
-            cwd=self._folder.name,
-            env=child_environment(),
-            pass_fds=[theirs.fileno()],
-        )
-        theirs.close()
-
-    def alive(self) -> bool:
-        return self._process.poll() is None
-
-    def session(self) -> socket.socket:
-        ours, theirs = socket.socketpair()
-        socket.send_fds(self._control, [b"f"], [theirs.fileno()])
-        theirs.close()
-        return ours
-
-    def close(self) -> None:
-        """The zygote reads the end of its control socket and exits by itself (not awaited: its
-        interpreter's shutdown is no part of the run's time)."""
-        self._control.close()
-        self._folder.cleanup()
-
-
-_zygote: list[Zygote] = []  # this process's zygote, started at the first sealed attack (or warm())
-
-
-def warm() -> Zygote:
-    """This process's zygote, started now if it is not running (its imports overlap the caller's work)."""
-    if not _zygote or not _zygote[0].alive():
-        if not _zygote:
-            atexit.register(lambda: _zygote[0].close())
-        _zygote[:] = [Zygote()]
-    return _zygote[0]
-
-
 class Sealed:
     """The pipeline's handle on one run's sealed attack process: the :class:`~decpriv.attacks.base.Attack`
     methods that see only the adversary's knowledge (``prepare``, ``kept_links``, ``behaviour``, ``run``),
     each run over there. ``streams`` answers the process's ``attack.*`` stream names."""
 
-    def __init__(self, attack: bytes, streams: Callable[[str], int]):
+    def __init__(self, attack: bytes, module: str, streams: Callable[[str], int]):
         self._streams, self._plan = streams, THEIRS  # no plan until prepare ran over there
-        self._socket = warm().session()
+        self._socket = zygote.warm(module).session(module)
         self._file = self._socket.makefile("rwb")
         self._send(attack, raw=True)
 
@@ -267,49 +190,8 @@ def session(connection: socket.socket) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def preloads() -> Iterator[str]:
-    """What a child would otherwise import for each run: every attack module and model."""
-    import decpriv.attacks
-    import decpriv.models
-
-    for package in (decpriv.attacks, decpriv.models):
-        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            yield module.name
-
-
-def main(control_fd: int) -> None:
-    """The zygote: fork a child per session socket received until the pipeline closes the control socket;
-    between requests, import what unpickling an attack, its context and its view needs (a child forked
-    before that is done imports the rest itself)."""
-    import decpriv.attacks.base  # noqa: F401
+if __name__ == "__main__":  # the zygote's command (decpriv/zygote.py)
+    import decpriv.attacks.base  # noqa: F401  (what every attack, context and view unpickles)
     import decpriv.report.findings  # noqa: F401
 
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run and its child; the zygote follows
-    control = socket.socket(fileno=control_fd)
-    pending = preloads()
-    while True:
-        if pending is not None and not select.select([control], [], [], 0)[0]:
-            name = next(pending, None)
-            if name is None:
-                pending = None
-            else:
-                with suppress(Exception):  # a module that fails to import fails in the child, named
-                    importlib.import_module(name)
-            continue
-        message, fds, _, _ = socket.recv_fds(control, 1, 1)
-        if not message:
-            return
-        if os.fork() == 0:
-            control.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            try:
-                session(socket.socket(fileno=fds[0]))
-            finally:
-                os._exit(0)
-        os.close(fds[0])
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    zygote.serve(int(sys.argv[1]), session)
