@@ -67,9 +67,11 @@ def print_headline(run: Path, console: Console) -> None:
 
 
 def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
-    """The verdict, a line when the model has not converged, and (``pictures``) the pictures, at most
-    four named, the attack's first."""
+    """The declared oracle's mark, the verdict, a line when the model has not converged, and
+    (``pictures``) the pictures, at most four named, the attack's first."""
     lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    if summary.get("attack_oracle") in (True, "True", "true"):  # decpriv run and show say it
+        lines.insert(0, f"[yellow]{headline.ORACLE_NOTE}[/]")
     history = run / "history.csv"
     note = convergence_note(read_table(history)) if history.is_file() else None
     lines += [f"[yellow]{note}[/]"] if note else []
@@ -224,8 +226,6 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         )
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
-        if meta.get("attack_oracle"):
-            console.print(f"[yellow]{headline.ORACLE_NOTE}[/]", highlight=False)
     sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
         frame = read_table(file)
