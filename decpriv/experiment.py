@@ -259,12 +259,11 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
     cross-plugin check, the device, data.root). Called for every job of a sweep before any folder exists;
     a single run passes the returned build on to :func:`run` (it builds once)."""
     begin = time.perf_counter()
-    if isinstance(cfg.get("attack"), DictConfig) and "_target_" in cfg.attack:
-        # the sealed attack's zygote imports the attack's module while the run is set up
-        zygote.warm(str(cfg.attack._target_).rpartition(".")[0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
+    if setup.attack is not None:  # a config that passed: the sealed attack's zygote imports meanwhile
+        zygote.warm(type(setup.attack).__module__)
     return Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught)
 
 

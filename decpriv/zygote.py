@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from typing import NoReturn
 
 # what the process keeps of the environment: the search path of programs, the locale, the thread counts
 # and the accelerator's selection (a config override or the run folder never travel in these)
@@ -80,9 +81,11 @@ class Zygote:
         return ours
 
     def close(self) -> None:
-        """The zygote reads the end of its control socket and exits by itself (not awaited: its
-        interpreter's shutdown is no part of the run's time)."""
+        """End the zygote now: it holds nothing to flush, and a command refused early must not wait for
+        its imports. Children serving a session are processes of their own and finish it."""
         self._control.close()
+        self._process.kill()
+        self._process.wait()
         self._folder.cleanup()
 
 
@@ -101,7 +104,7 @@ def warm(module: str | None = None) -> Zygote:
     return _zygote[0]
 
 
-def serve(control_fd: int, session: Callable[[socket.socket], None]) -> None:
+def serve(control_fd: int, session: Callable[[socket.socket], None]) -> NoReturn:
     """The zygote: for each message on the control socket, import the attack's module it names (once:
     the children forked after it start with it imported), then, when a session socket came with it, fork
     a child that serves it; until the pipeline closes the control socket."""
@@ -110,8 +113,8 @@ def serve(control_fd: int, session: Callable[[socket.socket], None]) -> None:
     control = socket.socket(fileno=control_fd)
     while True:
         message, fds, _, _ = socket.recv_fds(control, 4096, 1)
-        if not message:
-            return
+        if not message:  # the pipeline's process is gone
+            os._exit(0)
         with suppress(Exception):  # a module that fails to import fails in the child, named there
             importlib.import_module(message.decode())
         if not fds:

@@ -1,11 +1,11 @@
 """The default run's claim, stated over seeds (issue 35): one curious node infers its neighbours'
 membership, every member scored against the whole held-out set. ``decpriv run -m seed=range(10)`` then
 ``decpriv report``: the headline's k of m seeds above the shuffled-membership null and the median AUC
-(measured: received 14 of 15 seeds, median 0.667; marginalised 15 of 15, median 0.687; docs/attacks.md)."""
+(measured: received 14 of 15 seeds, median 0.667; marginalised 15 of 15, median 0.687; docs/p2p_attacks.md)."""
 
 import pytest
-
 from conftest import run_cli
+
 from decpriv.report.aggregate import headline_over_seeds, load_sweep
 
 

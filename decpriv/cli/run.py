@@ -106,10 +106,6 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
         _run_hydra(args, None)  # Hydra prints the config, its search path or the help; nothing runs
         return 0
     overrides, multirun = list(ns.overrides), bool(ns.multirun)
-    if "~attack" not in overrides:
-        from decpriv.zygote import warm
-
-        warm()  # the sealed attack's clean interpreter imports torch while the config is composed
     try:
         plan = precheck(overrides, multirun)
         folder_override, folder = claim_output_folder(overrides, multirun, plan.hydra, plan.resuming)
