@@ -1,12 +1,11 @@
 """The zygote of the sealed attack processes (decpriv/seal.py): a clean Python process that only forks.
 
-Started once per decpriv process (as early as the command line allows: ``decpriv run`` starts it before
-composing the config), from this process but with no arguments of ours, an empty working directory and an
-environment reduced to :data:`KEPT_ENV`; it imports torch and the attack interface, then, for each message
-of its control socket, imports the attack's module it names and, when a session socket came with it,
-forks a child that serves that session. It never receives anything else, so each child starts from an
-interpreter that has seen nothing of any run, in milliseconds. Standard library only: the command line
-imports it before torch.
+Started once per decpriv process (by the precheck, once a config with an attack has passed: a refused
+command starts nothing), from this process but with no arguments of ours, an empty working directory and
+an environment reduced to :data:`KEPT_ENV`; it imports torch and the attack interface, then, for each
+message of its control socket, imports the attack's module it names and, when a session socket came with
+it, forks a child that serves that session. It never receives anything else, so each child starts from
+an interpreter that has seen nothing of any run, in milliseconds. Standard library only.
 """
 
 import atexit
