@@ -32,3 +32,5 @@ class Setup:
     accountant: Any | None  # decpriv.privacy.base.Accountant
     attack_context: AttackContext | None = None  # what the attack may know before the run
     plan: Any = None  # what the attack's prepare step returned
+    sealed_attack: bytes | None = None  # the attack as built, pickled for its sealed process
+    oracle: bool = False  # attack.oracle=true: the attack's run receives the truth (declared, marked)

@@ -7,6 +7,7 @@ leaves nothing behind.
 
 import hashlib
 import json
+import pickle
 import time
 import warnings
 from contextlib import contextmanager, suppress
@@ -22,8 +23,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from decpriv import zygote
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
+from decpriv.attacks.base import Attack
 from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
@@ -35,7 +38,8 @@ from decpriv.report.findings import Findings
 from decpriv.report.headline import resolve
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
-from decpriv.rng import ScopedSeeds, Seeds
+from decpriv.rng import ScopedSeeds, Seeds, scoped
+from decpriv.seal import Sealed
 from decpriv.truth import Truth
 from decpriv.validation import PLUGIN_GROUPS, validate
 
@@ -103,6 +107,7 @@ def build(cfg: DictConfig) -> Setup:
         network = Network.build(adversary.graph, build_plugin(cfg.gossip_matrix))
     with errors_attributed_to("attack"):
         attack = build_plugin(cfg.attack) if cfg.get("attack") else None
+        sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
     accountant = build_plugin(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
     setup = Setup(
         cfg=cfg,
@@ -117,6 +122,8 @@ def build(cfg: DictConfig) -> Setup:
         adversary=adversary,
         attack=attack,
         accountant=accountant,
+        sealed_attack=sealed_attack,
+        oracle=declared_oracle(cfg),
     )
     protocol.fit(local.counts)  # batch_size=auto follows the local sets
     protocol.check(network, dataset, model)
@@ -132,6 +139,27 @@ def build(cfg: DictConfig) -> Setup:
             # the auditor reruns the protocol and defense itself (no data) and checks the accountant
             setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
+
+
+def sealable(attack: Any) -> bytes | None:
+    """The attack serialised for its sealed process (:mod:`decpriv.seal`)."""
+    if attack is None:
+        return None
+    try:
+        return pickle.dumps(attack, pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        raise bad_value(
+            "attack",
+            attack.name,
+            f"the attack object cannot be pickled for its sealed process ({error})",
+            "keep only picklable values (numbers, strings, arrays, tensors) on the attack",
+        ) from None
+
+
+def declared_oracle(cfg: DictConfig) -> bool:
+    """``attack.oracle=true``: the one door to ground truth for an attack's run (a paper's own shortcut,
+    e.g. Yu 2023's released script), opened by the pipeline from the config, never by the attack."""
+    return isinstance(cfg.get("attack"), DictConfig) and cfg.attack.get("oracle", False) is True
 
 
 def default_accountant(defense: Defense) -> Any:
@@ -163,7 +191,7 @@ def attack_context(setup: Setup) -> AttackContext:
         own_x=setup.local.x[own],
         own_y=setup.local.y[own],
         own_mask=setup.local.mask[own],
-        seeds=ScopedSeeds(setup.seeds.root, "attack."),
+        seeds=ScopedSeeds(scoped(setup.seeds, "attack."), "attack."),
         choices={
             group: str(setup.cfg[group].get("_target_", "?")).rsplit(".", 1)[-1]
             for group in PLUGIN_GROUPS
@@ -235,6 +263,8 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
+    if setup.attack is not None:  # a config that passed: the sealed attack's zygote imports meanwhile
+        zygote.warm(type(setup.attack).__module__)
     return Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught)
 
 
@@ -264,14 +294,19 @@ def check_finite(outcome: Outcome) -> None:
         raise Diverged(last, "the final node parameters")
 
 
-def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View | None]:
-    """Step 2: run the protocol over all nodes; record what the adversary sees."""
+def simulate(
+    setup: Setup, show_progress: bool = False, sealed: Sealed | None = None, plan: Any = None
+) -> tuple[Outcome, View | None]:
+    """Step 2: run the protocol over all nodes; record what the adversary sees. ``sealed``: the run's
+    sealed attack process, which decides the kept links and forges (with its ``plan``); without one (the
+    Python API's tests), the attack object itself with ``setup.plan``."""
     adv, network = setup.adversary, setup.network
     recording = setup.attack is not None
+    attack, plan = (sealed, plan) if sealed is not None else (setup.attack, setup.plan)
     if setup.protocol.recorder_kind == "edges":
         edges = adv.observed_edges(network)
         if recording:
-            edges = setup.attack.kept_links(setup.attack_context, setup.plan, edges)
+            edges = attack.kept_links(setup.attack_context, plan, edges)
         recorder = Recorder(edges[:, 0], edges[:, 1], recording)
     else:
         recorder = Recorder.broadcast(adv.observed_senders(network), recording)
@@ -286,7 +321,7 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
         recorder=recorder,
         seeds=setup.seeds,
         device=setup.device,
-        behaviour=setup.attack.behaviour(setup.attack_context, setup.plan) if recording else None,
+        behaviour=attack.behaviour(setup.attack_context, plan) if recording else None,
         show_progress=show_progress,
     )
     outcome = setup.protocol.run(sim)
@@ -306,7 +341,8 @@ def simulate(setup: Setup, show_progress: bool = False) -> tuple[Outcome, View |
         own_mask=context.own_mask,
         public=outcome.public,
         seeds=context.seeds,
-        plan=setup.plan,
+        plan=plan,
+        oracle_declared=setup.oracle,
     )
     return outcome, view
 
@@ -389,15 +425,23 @@ def _pipeline(
     show_progress: bool,
     prebuilt: Prebuilt | None,
 ) -> Path:
-    """Steps 1-6 into ``folder``; any failure marks run.json and summary.csv failed and is re-raised."""
+    """Steps 1-6 into ``folder``; any failure marks run.json and summary.csv failed and is re-raised.
+    The attack's own code runs in its sealed process (:mod:`decpriv.seal`), closed at the end."""
+    sealed, plan = None, None
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
+        early = setup.attack is not None and acts_during_run(setup.attack)
+        if setup.attack is not None:  # the process starts now and imports while the protocol runs
+            module = type(setup.attack).__module__
+            sealed = Sealed(setup.sealed_attack, module, scoped(setup.seeds, "attack."))
+        if early:
+            with progress.phase(folder, "prepare", show_progress, setup.attack.name):
+                plan = sealed_plan(setup, sealed)
         with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
-            outcome, view = simulate(setup, show_progress)
+            outcome, view = simulate(setup, show_progress, sealed if early else None, plan)
             check_finite(outcome)
         report = _training_findings(setup, outcome)
-        truth = Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
-        _attack_and_account(setup, folder, report, view, truth, show_progress)
+        _attack_and_account(setup, folder, report, outcome, view, sealed, show_progress)
         with progress.phase(folder, "write", show_progress):
             _write(setup, folder, report, config_columns, plots=cfg.plots)
         attack = setup.attack
@@ -405,6 +449,7 @@ def _pipeline(
             {
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
+                "attack_oracle": setup.oracle,
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
@@ -416,7 +461,27 @@ def _pipeline(
         with suppress(OSError):  # a full disk: run.json, written first, already says failed
             folder.write_table("summary", pd.DataFrame([failed]))
         raise
+    finally:
+        if sealed is not None:
+            sealed.close()
     return folder.path
+
+
+def acts_during_run(attack: Attack) -> bool:
+    """Whether the attack's code runs during the simulation (it forges, or it picks the links to record):
+    its plan is then needed before the run. Otherwise the base class's defaults run here (they read
+    nothing) and ``prepare`` runs in the sealed process after the simulation."""
+    kind = type(attack)
+    return kind.behaviour is not Attack.behaviour or kind.kept_links is not Attack.kept_links
+
+
+def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
+    """The plan the attack's ``prepare`` returns in its sealed process (the precheck's plan, computed
+    in this process for its refusals, is not used: code that ran beside the truth hands nothing on). The
+    audit's plan is the pipeline's own (``plan_trials``: the mechanism, built here, no data)."""
+    with errors_attributed_to("attack"):
+        plan = sealed.prepare(setup.attack_context)
+    return setup.plan if getattr(setup.attack, "audits", False) else plan
 
 
 def _built(
@@ -458,23 +523,40 @@ def _training_findings(setup: Setup, outcome: Outcome) -> Findings:
 
 
 def _attack_and_account(
-    setup: Setup, folder: RunFolder, report: Findings, view: View | None, truth: Truth, show_progress: bool
+    setup: Setup,
+    folder: RunFolder,
+    report: Findings,
+    outcome: Outcome,
+    view: View | None,
+    sealed: Sealed | None,
+    show_progress: bool,
 ) -> None:
-    """Steps 3-5: the attack on its view, scored against the truth; the accountant; the audit's bounds
-    reconciled with the accountant's."""
+    """Steps 3-5: the attack on its view in its sealed process, then the truth for scoring; the
+    accountant; the audit's bounds reconciled with the accountant's."""
     attack = setup.attack
     if attack is not None:
+        truth = None
         with progress.phase(folder, "attack", show_progress, attack.name):
-            # the one door to ground truth: an attack configured as the paper's oracle (marked in its table)
-            findings = attack.run(replace(view, oracle=truth) if attack.oracle else view)
+            if not acts_during_run(attack):  # its prepare had not run yet
+                view = replace(view, plan=sealed_plan(setup, sealed))
+            if setup.oracle:  # the one door to ground truth, declared in the config (marked everywhere)
+                truth = ground_truth(setup, outcome)
+            findings = sealed.run(replace(view, oracle=truth) if setup.oracle else view)
         with progress.phase(folder, "evaluate", show_progress):
-            report.merge(attack.evaluate(findings, truth, view))
+            report.merge(attack.evaluate(findings, truth or ground_truth(setup, outcome), view))
+            report.summary["attack_oracle"] = setup.oracle
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
             report.merge(setup.accountant.account(setup))
     if getattr(attack, "audits", False):
         with progress.phase(folder, "reconcile", show_progress):
             attack.reconcile(report, setup.plan)
+
+
+def ground_truth(setup: Setup, outcome: Outcome) -> Truth:
+    """What scoring needs: the data set, every node's private data, the final states, the protocol's
+    truths (true gradients ...)."""
+    return Truth(setup.dataset, setup.local, outcome.final.detach().cpu(), outcome.truth)
 
 
 def _write(

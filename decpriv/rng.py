@@ -5,6 +5,7 @@ so adding a consumer never shifts the numbers another one draws.
 """
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -16,14 +17,11 @@ def derive_seed(root: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-class Seeds:
-    """Factory of independent, reproducible generators keyed by name."""
-
-    def __init__(self, root: int):
-        self.root = int(root)
+class Streams:
+    """Generators keyed by name, from whatever ``seed(name)`` the subclass defines."""
 
     def seed(self, name: str) -> int:
-        return derive_seed(self.root, name)
+        raise NotImplementedError
 
     def numpy(self, name: str) -> np.random.Generator:
         return np.random.default_rng(self.seed(name))
@@ -34,15 +32,51 @@ class Seeds:
         return gen
 
 
-class ScopedSeeds(Seeds):
-    """The streams whose names start with ``prefix`` only: an attack gets ``attack.*``, never the streams
-    of the defense's noise or of the data."""
+class Seeds(Streams):
+    """Factory of independent, reproducible generators keyed by name."""
 
-    def __init__(self, root: int, prefix: str):
-        super().__init__(root)
-        self.prefix = prefix
+    def __init__(self, root: int):
+        self.root = int(root)
 
     def seed(self, name: str) -> int:
-        if not name.startswith(self.prefix):
+        return derive_seed(self.root, name)
+
+
+class ScopedSeeds(Streams):
+    """The streams whose names start with ``prefix`` only: an attack gets ``attack.*``, never the streams
+    of the defense's noise or of the data. It holds no root seed: ``source`` (a callable of the process
+    that holds the root) answers each name. Pickled, it carries its prefix only; in the sealed attack
+    process (:mod:`decpriv.seal`) the pipeline answers each name over the process's channel, so
+    the root seed never enters the attack's process and the same names give the same numbers there."""
+
+    def __init__(self, source: Callable[[str], int], prefix: str = "attack."):
+        self._source, self.prefix = source, prefix
+
+    def seed(self, name: str) -> int:
+        if not str(name).startswith(self.prefix):
             raise PermissionError(f"stream {name!r} is outside {self.prefix!r}*")
-        return super().seed(name)
+        return int(self._source(name))
+
+    def __reduce__(self):
+        return ScopedSeeds, (served_stream, self.prefix)
+
+
+def scoped(seeds: Seeds, prefix: str) -> Callable[[str], int]:
+    """The pipeline's side of a :class:`ScopedSeeds`: the seed of a stream under ``prefix`` only."""
+
+    def source(name: str) -> int:
+        if not str(name).startswith(prefix):
+            raise PermissionError(f"stream {name!r} is outside {prefix!r}*")
+        return seeds.seed(name)
+
+    return source
+
+
+# set by the sealed attack process: asks the pipeline for a stream's seed; None in any other process
+CHANNEL: Callable[[str], int] | None = None
+
+
+def served_stream(name: str) -> int:
+    if CHANNEL is None:
+        raise PermissionError(f"stream {name!r}: no pipeline serves attack streams in this process")
+    return CHANNEL(name)

@@ -1,4 +1,6 @@
-"""Ground truth of a run, for scoring only. Attacks never receive it (see decpriv.adversary.view)."""
+"""Ground truth of a run, for scoring only: built after the attack ran, in the pipeline's process; the
+attack's own code runs in a sealed process where it does not exist (decpriv/seal.py), except under a
+declared ``attack.oracle=true``."""
 
 from dataclasses import dataclass, field
 from typing import Any

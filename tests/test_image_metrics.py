@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from decpriv.metrics import images
@@ -9,7 +10,7 @@ from decpriv.metrics import images
 
 def test_identical_images_are_perfect():
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(images.mse(x, x, (0.0, 1.0)), torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(images.mse(x, x), torch.zeros(3, dtype=torch.float64))
     assert torch.isinf(images.psnr(x, x, (0.0, 1.0))).all()
     assert torch.allclose(images.ssim(x, x, (0.0, 1.0)), torch.ones(3, dtype=torch.float64))
 
@@ -18,16 +19,18 @@ def test_constant_offset_psnr_by_hand():
     # MSE = 0.1^2 = 0.01 on range 1 -> 20 dB; on range [0, 2] -> 10 log10(4 / 0.01) = 26.02 dB
     true = torch.full((2, 1, 8, 8), 0.5)
     rec = true + 0.1
-    assert torch.allclose(images.mse(rec, true, (0.0, 1.0)), torch.full((2,), 0.01, dtype=torch.float64))
+    assert torch.allclose(images.mse(rec, true), torch.full((2,), 0.01, dtype=torch.float64))
     assert torch.allclose(images.psnr(rec, true, (0.0, 1.0)), torch.full((2,), 20.0, dtype=torch.float64))
     assert torch.allclose(
         images.psnr(rec, true, (0.0, 2.0)), torch.full((2,), 10 * math.log10(400.0), dtype=torch.float64)
     )
 
 
-def test_reconstructions_are_clipped_to_the_range():
+def test_reconstructions_are_scored_unclipped():
+    """A pixel outside the range counts its whole error: clipping would score 5.0 against 1.0 as exact."""
     true = torch.ones(1, 1, 8, 8)
-    assert images.mse(true + 5.0, true, (0.0, 1.0)).item() == 0.0
+    assert images.mse(true + 5.0, true).item() == 25.0
+    assert images.psnr(true + 5.0, true, (0.0, 1.0)).item() == pytest.approx(-10 * math.log10(25.0))
 
 
 def test_ssim_drops_with_noise_and_psnr_orders_with_it():

@@ -105,3 +105,11 @@ def test_mid_ranks_equal_scipys_average_ranks_with_ties_and_padding():
     order = scores.argsort(dim=1, stable=True)
     expected = torch.as_tensor(rankdata(scores.numpy(), axis=1, method="average"))
     assert torch.equal(mid_ranks(scores.gather(1, order), order), expected)
+
+
+def test_the_full_pool_keeps_every_member_and_every_held_out_sample():
+    """non_members=all: each node's whole training set against the whole test set, no draw."""
+    counts = np.array([3, 5, 1])
+    members, outside, mask = balanced_sets(counts, 6, np.random.default_rng(0), pool="all")
+    assert members.sum(1).tolist() == [3, 5, 1] and mask.all() and mask.shape == (3, 6)
+    assert (outside == torch.arange(6)).all()

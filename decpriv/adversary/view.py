@@ -85,6 +85,7 @@ class View:
     public: dict[str, Any] = field(default_factory=dict)  # e.g. the common initial model when it is public
     seeds: ScopedSeeds | None = None  # streams named attack.*
     plan: Any = None  # what the attack's prepare step decided before the run
-    # ground truth, handed over only to an attack whose ``oracle`` flag is set (a paper's shortcut, marked
-    # ``attack_oracle`` in summary.csv); None for every honest attack
+    # ground truth, put here by the pipeline only under ``attack.oracle=true`` (a paper's shortcut, marked
+    # ``attack_oracle`` in run.json and summary.csv); None for every honest attack
     oracle: Any = None
+    oracle_declared: bool = False  # attack.oracle=true in the config: the attack runs with the truth

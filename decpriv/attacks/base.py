@@ -5,6 +5,8 @@ An attack sees an :class:`~decpriv.adversary.view.AttackContext` before the run 
 adversary, its own nodes' data, the data's public facts, the protocol's declared hyperparameters, streams
 named ``attack.*``) and the :class:`~decpriv.adversary.view.View` after it; what ``prepare`` decides is its
 plan, handed back as ``view.plan`` (and to ``behaviour``), so ``run`` depends on nothing set on ``self``.
+``prepare``, ``kept_links``, ``behaviour`` and ``run`` execute in the run's sealed process
+(:mod:`decpriv.seal`): an attack object must pickle, and only what these methods return comes back.
 """
 
 from abc import ABC, abstractmethod
@@ -23,7 +25,6 @@ class Attack(ABC):
     name = "attack"
     active = False  # true for attacks that forge messages: behaviour() then returns the forgery
     needs_adversary = True  # refuse to run without corrupt nodes or an eavesdropper
-    oracle = False  # true only for a paper's oracle shortcut: run() then also gets the ground truth
     # what the attack is read by, each beside its no-attack baseline (decpriv/report/headline.py): every
     # view of a run opens with these; a new attack declares its own
     headline: tuple[Headline, ...] = ()

@@ -128,6 +128,36 @@ def aggregate(sweep: Sweep) -> pd.DataFrame:
     return out.drop(columns=["_all"], errors="ignore")
 
 
+def headline_over_seeds(sweep: Sweep) -> pd.DataFrame:
+    """Each headline metric over the seeds of each swept configuration: on how many seeds it beats its
+    baseline (``k`` of ``m`` completed), its median, lowest and highest value and the median baseline, so
+    a claim reads as "k of m seeds above the null" rather than as one seed's number."""
+    done = sweep.completed
+    keys = sweep.group_keys
+    groups = done.groupby(keys, dropna=False, sort=True) if keys else [((), done)]
+    rows = []
+    for key, jobs in groups:
+        for entry in sweep.headline:
+            metric = entry["metric"]
+            bases = [headline.baseline_value(entry, row) for _, row in jobs.iterrows()]
+            won = [headline.beats(entry, v, b) for v, b in zip(jobs[metric], bases, strict=True)]
+            numeric = pd.to_numeric(pd.Series(bases, dtype=object), errors="coerce")
+            rows.append(
+                {
+                    **dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
+                    "metric": metric,
+                    "beats": sum(w is True for w in won),
+                    "seeds": len(jobs),
+                    "median": jobs[metric].median(),
+                    "min": jobs[metric].min(),
+                    "max": jobs[metric].max(),
+                    "baseline_median": numeric.median(),
+                    "against": entry.get("against", ""),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def mean_std_count(done: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
     """``column``'s mean, std and count over the rows of each ``by`` combination, in natural order."""
     stats = done.groupby(by, dropna=False, sort=True)[column].agg(["mean", "std", "count"]).reset_index()

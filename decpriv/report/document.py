@@ -16,10 +16,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from decpriv.report import headline
 from decpriv.report.aggregate import (
+    SEED,
     Sweep,
     aggregate,
     headline_cells,
+    headline_over_seeds,
     load_sweep,
     varying_metrics,
     wide,
@@ -60,6 +63,9 @@ def sweep_document(path: Path) -> Document:
     failed = sweep.table[sweep.table["status"] != "completed"]
     caption = "mean ± std over seeds; a headline beside its baseline's mean: the jobs that beat it"
     tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, sweep.flags)))]
+    if sweep.headline and SEED in sweep.keys:  # a claim over seeds: on how many it holds, and the median
+        over_seeds = headline_over_seeds(sweep)
+        tables.insert(0, ("headline over seeds (beats: seeds where it beats its baseline)", over_seeds))
     if not failed.empty:
         error = failed["error"].fillna("").astype(str).str.split("\n").str[0] if "error" in failed else ""
         tables.append(
@@ -118,6 +124,8 @@ def run_document(path: Path) -> Document:
     ]
     if meta.get("error"):
         facts.append(f"error: {meta['error']}")
+    if meta.get("attack_oracle"):
+        facts.append(headline.ORACLE_NOTE)
     if isinstance(summary.get("verdict"), str):
         facts.append(f"verdict: {summary['verdict']}")
     history_file = path / "history.csv"

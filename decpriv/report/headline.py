@@ -43,6 +43,13 @@ class Headline:
             raise ValueError(f"Headline.better must be 'higher' or 'lower', not {self.better!r}")
 
 
+# every view of a run whose attack was handed the truth (attack.oracle=true) says so
+ORACLE_NOTE = (
+    "oracle: attack.oracle=true, the attack ran with the ground truth (a paper's shortcut, not what an "
+    "adversary sees)"
+)
+
+
 def resolve(declared: tuple[Headline, ...], names: list[str]) -> list[dict[str, Any]]:
     """The declared headlines that the run measured, patterns expanded in the order of ``names``:
     ``[{metric, baseline, better, against}]`` with ``baseline`` a key of ``names``, a number or None.

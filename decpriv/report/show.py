@@ -81,9 +81,11 @@ def print_headline(run: Path, console: Console) -> None:
 
 
 def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
-    """The verdict, a line when the model has not converged, and (``pictures``) the pictures, at most
-    four named, the attack's first."""
+    """The declared oracle's mark, the verdict, a line when the model has not converged, and
+    (``pictures``) the pictures, at most four named, the attack's first."""
     lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    if summary.get("attack_oracle") in (True, "True", "true"):  # decpriv run and show say it
+        lines.insert(0, f"[yellow]{headline.ORACLE_NOTE}[/]")
     history = run / "history.csv"
     note = convergence_note(read_table(history)) if history.is_file() else None
     lines += [f"[yellow]{note}[/]"] if note else []

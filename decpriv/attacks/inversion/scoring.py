@@ -21,7 +21,8 @@ class Scored:
     # one row per true example: victim, example, labels, defined, l2_error; images add mse, psnr, ssim,
     # the mean image's psnr and ssim, and whether the example counts as recovered
     true: list[torch.Tensor]  # per victim, the true batch
-    reconstructed: list[torch.Tensor]  # per victim, the reconstructions matched to it, clamped to the box
+    reconstructed: list[torch.Tensor]  # per victim, the reconstructions matched to it, clamped to the box for
+    # the pictures (scored unclipped)
 
 
 def score_batches(
@@ -51,7 +52,7 @@ def score_batches(
         scores = {"l2_error": (xr - x).flatten(1).norm(dim=1)}
         if image:
             scores |= {
-                "mse": images.mse(xr, x, data_range),
+                "mse": images.mse(xr, x),
                 "psnr": images.psnr(xr, x, data_range).clamp(max=PSNR_CAP),  # the same cap everywhere
                 "ssim": images.ssim(xr, x, data_range),
             }

@@ -161,10 +161,23 @@ def forward_many(model: FunctionalModel, thetas: torch.Tensor, x: torch.Tensor, 
     return vmap(model.forward, in_dims=(0, None if shared else 0))(thetas, x.to(thetas.dtype))
 
 
-def balanced_sets(counts: np.ndarray, n_test: int, rng: np.random.Generator):
+MIA_MEMORY = 5e8  # bytes of null statistics held at once (rows are scored in chunks below it)
+
+
+def balanced_sets(counts: np.ndarray, n_test: int, rng: np.random.Generator, pool: str = "balanced"):
     """Equal numbers of members and non-members per node: c_v = min(|D_v|, |O|) of each, drawn uniformly
-    (Pasquini et al. 2023, Sec. 4.1: |X| = |O|). Returns the kept member slots (n, M) of the padded local
-    sets, and the test indices (n, C) with their mask (n, C)."""
+    (Pasquini et al. 2023, Sec. 4.1: |X| = |O|); ``pool="all"``: every member against the whole held-out
+    set (the AUC and the advantage weigh both classes equally, so the balance is not needed and a
+    17-image draw only adds variance). Returns the kept member slots (n, M) of the padded local sets, and
+    the test indices (n, C) with their mask (n, C)."""
+    if pool == "all":
+        slots = np.arange(counts.max())
+        outside = np.broadcast_to(np.arange(n_test), (len(counts), n_test))
+        return (
+            torch.as_tensor(slots < counts[:, None]),
+            torch.as_tensor(outside.copy()),
+            torch.ones(len(counts), n_test, dtype=torch.bool),
+        )
     keep_count = np.minimum(counts, n_test)
     slots = np.arange(counts.max())
     keys = np.where(slots < counts[:, None], rng.random((len(counts), len(slots))), 2.0)
@@ -195,16 +208,20 @@ def score_targets(
     seeds: Seeds,
     permutations: int = 200,
     chunk: int = 64,
+    pool: str = "balanced",
 ) -> Scored:
     """Membership statistics of each tested model on the victim's (subsampled) training set against as
-    many test samples, each beside ``permutations`` shuffled-membership draws (seed stream
-    ``attack.mia.null``), and the model's generalisation error acc(X) - acc(O) on the union X of the
-    training sets and the test set O (Sec. 3)."""
+    many test samples (``pool="all"``: its whole training set against the whole test set), each beside
+    ``permutations`` shuffled-membership draws (seed stream ``attack.mia.null``), and the model's
+    generalisation error acc(X) - acc(O) on the union X of the training sets and the test set O (Sec. 3)."""
     local, data = truth.local, truth.dataset
     fn = SCORES[score]
     keep, outside_idx, outside_mask = balanced_sets(
-        local.counts.numpy(), len(data.x_test), seeds.numpy("attack.mia.balance")
+        local.counts.numpy(), len(data.x_test), seeds.numpy("attack.mia.balance"), pool
     )
+    # the statistics hold a few (rows, permutations, samples) float64 tensors: about 0.5 GB at most
+    samples = keep.shape[1] + outside_idx.shape[1]
+    chunk = max(1, min(chunk, int(MIA_MEMORY // (8 * 6 * permutations * samples))))
     victims = torch.as_tensor(targets.table.victim.to_numpy().copy())
     # one set of relabellings per victim, shared by all its rows, so that means and maxima over rounds
     # and views have a valid null too
@@ -325,14 +342,15 @@ def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> s
         f"{summary[f'{prefix}_{v}_victims']} victims above their own null)"
         for v in views
     )
-    members = summary[f"{prefix}_members_per_victim"]
+    members, outside = summary[f"{prefix}_members_per_victim"], summary[f"{prefix}_non_members_per_victim"]
+    against = "as many" if round(members) == round(outside) else f"{outside:.0f}"
     outcome = (
         f"membership inferred from {len(above)} of {len(views)} view(s) ({', '.join(above)})"
         if above
         else "no view beats its null: membership not inferred"
     )
     return (
-        f"{prefix}: AUC over {victims} victim(s), {members:.0f} members vs as many non-members each, "
+        f"{prefix}: AUC over {victims} victim(s), {members:.0f} members vs {against} non-members each, "
         f"last round: {each} (null: 97.5% of shuffled membership); {outcome}."
     )
 
@@ -383,8 +401,8 @@ def mia_figure(scored: Scored) -> Figure:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    members = int(scored.table.members.median())
-    fig.suptitle(f"membership inference, mean over victims ({members} members vs {members} non-members each)")
+    members, outside = int(scored.table.members.median()), int(scored.table.non_members.median())
+    fig.suptitle(f"membership inference, mean over victims ({members} members vs {outside} non-members each)")
     fig.tight_layout()
     return fig
 
@@ -413,9 +431,10 @@ class MembershipInference(Attack):
         permutations: Annotated[
             int, Range(ge=40, what="the shuffled-membership draws of a 95% null interval", eg=200)
         ] = 200,
+        non_members: Literal["all", "balanced"] = "all",
     ):
         self.score, self.every, self.marginalize, self.thresholds = score, every, marginalize, thresholds
-        self.permutations = permutations
+        self.permutations, self.non_members = permutations, non_members
 
     def prepare(self, context: AttackContext) -> bool:
         """Plan: whether the view is a FedAvg server's (every update) rather than a D-PSGD node's."""
@@ -471,6 +490,13 @@ class MembershipInference(Attack):
     def evaluate(self, findings: Targets, truth: Truth, view: View) -> Findings:
         return mia_report(
             score_targets(
-                view.model, findings, truth, self.score, self.thresholds, view.seeds, self.permutations
+                view.model,
+                findings,
+                truth,
+                self.score,
+                self.thresholds,
+                view.seeds,
+                self.permutations,
+                pool=self.non_members,
             )
         )

@@ -113,11 +113,54 @@ def columns_in(senders: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     return np.searchsorted(senders, nodes)
 
 
+def worst_round(replay: pd.DataFrame) -> dict[str, float]:
+    """The lowest controlled fraction over every round and victim of the replay, and its round (nan for
+    a rushing attacker, which controls every round exactly)."""
+    if not len(replay):
+        return {
+            "override_worst_round": float("nan"),
+            "override_worst_round_controlled_fraction": float("nan"),
+        }
+    at = replay.controlled_fraction.idxmin()
+    return {
+        "override_worst_round": int(replay["round"][at]),
+        "override_worst_round_controlled_fraction": float(replay.controlled_fraction[at]),
+    }
+
+
 @dataclass(eq=False)
 class Overridden:
     victims: np.ndarray
     targets: torch.Tensor  # (V, p) the aimed state at the last round
     honest: torch.Tensor  # (V, p) the aggregate each victim would have reached without the attack
+    replay: pd.DataFrame  # non-rushing: the fraction an override at each round would control
+
+
+def replayed_rounds(view: View, forger: "Override", senders: np.ndarray) -> pd.DataFrame:
+    """What a non-rushing override at round t controls, for every recorded round t >= 1 of a run honest
+    before it: the forged message cancels round t - 1's updates, so the victim's aggregate misses the
+    target by exactly sum_{u != A} W_vu (theta_u^t - theta_u^{t-1}), and the controlled fraction is
+    1 - ||miss|| / ||honest aggregate - target|| (Pasquini et al. 2023, App. A, Fig. 16 at every round
+    instead of at the end of runs of a few lengths). At the run's last round it is the measured override."""
+    if forger.rushing:
+        return pd.DataFrame(columns=["round", "victim", "controlled_fraction"])
+    T = view.transcript
+    rounds = T.times[:, 0]
+    values = T.values[:, torch.as_tensor(columns(T, senders))].double()  # (R, S, p)
+    W = torch.as_tensor(view.network.W[forger.victims][:, senders].toarray())  # (V, S)
+    others = forger.others.double()
+    honest = torch.einsum("vs,rsp->rvp", W, values)[1:]
+    miss = torch.einsum("vs,rsp->rvp", others, values[1:] - values[:-1])
+    own = values[:, columns_in(senders, forger.forgers)][1:]  # (R-1, V, p) each forger's own model
+    aim = torch.zeros_like(own) if forger.target == "zeros" else own
+    controlled = 1 - miss.norm(dim=2) / (honest - aim).norm(dim=2)  # (R-1, V)
+    return pd.DataFrame(
+        {
+            "round": np.repeat(rounds[1:], len(forger.victims)),
+            "victim": np.tile(forger.victims, len(rounds) - 1),
+            "controlled_fraction": controlled.flatten().numpy(),
+        }
+    )
 
 
 class StateOverride(Attack):
@@ -171,7 +214,7 @@ class StateOverride(Attack):
         aim = forger.targets.get(last)
         if aim is None:
             aim = torch.full((len(forger.victims), honest_msgs.shape[1]), float("nan"))
-        return Overridden(forger.victims, aim, W @ honest_msgs)
+        return Overridden(forger.victims, aim, W @ honest_msgs, replayed_rounds(view, forger, senders))
 
     def evaluate(self, findings: Overridden, truth: Truth, view: View) -> Findings:
         reached = truth.final_states[torch.as_tensor(findings.victims)].to(findings.honest.dtype)
@@ -196,6 +239,7 @@ class StateOverride(Attack):
             # case (Pasquini et al. 2023, App. D: 98.7% without rushing)
             "override_fraction_of_victims_controlled": float((controlled >= CONTROLLED).double().mean()),
         }
+        summary.update(worst_round(findings.replay))
         summary["verdict"] = (
             f"state override ({'rushing' if self.rushing else 'not rushing'}): the final states of {len(table)} "
             f"victim(s) moved {summary['override_mean_controlled_fraction']:.1%} (worst "
@@ -203,4 +247,7 @@ class StateOverride(Attack):
             "attacker's target (0: no effect, 100%: full control); "
             f"{int((controlled >= CONTROLLED).sum())} of {len(table)} at least {CONTROLLED:.1%}."
         )
-        return Findings(tables={"state_override": table}, summary=summary)
+        tables = {"state_override": table}
+        if len(findings.replay):
+            tables["override_rounds"] = findings.replay
+        return Findings(tables=tables, summary=summary)
