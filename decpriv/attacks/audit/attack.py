@@ -121,7 +121,7 @@ class Audit(Attack):
         noise, signs = self.draw(plan, response, view, "fit", self.fit_trials)
         test = self.tests(plan, response, senders, noise)
         t = statistics(test, noise, signs[sources], plan.clip)
-        tau = choose_thresholds(t, signs[sources], alpha, plan.currency.delta, self.trials)
+        tau = choose_thresholds(t, signs[sources], alpha, plan.currency.delta)
         ks = gaussianity(t.numpy(), signs[sources].numpy() < 0)
         del noise, t
         counts = np.zeros((2, 4, len(sources)), dtype=np.int64)

@@ -107,8 +107,9 @@ def choose_thresholds(
 ) -> Thresholds:
     """Per source, among candidate ranks of its fit statistics, the thresholds whose bounds are largest when
     the fit trials' error rates are projected onto ``eval_trials`` (Clopper-Pearson at ``alpha`` on the
-    counts the evaluation would see: the deeper tail a larger evaluation can certify). Each source has as
-    many trials under either dataset."""
+    counts the evaluation would see: the deeper tail a larger evaluation can certify; the learnt tests of
+    :func:`heldout_counts` use it, while the linear views' many pairs lose more to the winner's curse than
+    they gain: docs/privacy.md). Each source has as many trials under either dataset."""
     t, negative = t.numpy(), signs.numpy() < 0
     k, F = t.shape
     t0 = np.sort(t[negative].reshape(k, -1), axis=1)
