@@ -1,25 +1,34 @@
 """Sweeps on a scheduler (Hydra's submitit launchers: Slurm, or submitit's local executor).
 
-Two things the launcher alone gets wrong, each handled here:
+What the launcher alone gets wrong, each handled here:
 
 - a job stopped by the scheduler (``scancel``, the time limit: SIGTERM in the job's own process, which
-  submitit's job environment ignores) marks itself failed (interrupted) in its run.json and summary.csv:
-  :func:`stop_on_sigterm` wraps each job;
-- the sweep's parent stopped (SIGTERM, Ctrl-C) cancels its submitted jobs instead of leaving them running
-  as orphans, and waits for them to mark themselves interrupted (:func:`cancel_jobs`, called by the
-  checked sweeper's stand-ins for the submitit launchers).
+  submitit's job environment ignores) marks itself interrupted in its run.json, its log and its row of
+  the sweep's ledger: :func:`stop_on_sigterm` wraps each job;
+- a job the scheduler cancels or loses does not stop the sweep (submitit's ``results()`` raises for it):
+  :func:`wait_for` waits for each job, records the ones that did not finish in the ledger with the
+  scheduler's word (``CANCELLED by 0``), and hands Hydra a failed ``JobReturn`` for them;
+- the sweep's process stopped (SIGTERM, Ctrl-C) cancels its submitted jobs instead of leaving them running
+  as orphans, and waits for them to mark themselves interrupted (:func:`cancel_jobs`);
+- submitit's "Bypassing sacct error" warning (Slurm without accounting: every status poll, each line
+  twice) is folded into one line of the sweep's log (:func:`folded_scheduler_warnings`).
 
 ``resume=true`` submits only the jobs that must run: the checked sweeper does not launch the jobs
 ``decpriv run`` found completed, on any launcher.
 """
 
+import logging
 import signal
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 CANCEL_WAIT_S = 30.0  # how long a stopped parent waits for its cancelled jobs to write their status
+POLL_S = 1.0  # how often the sweep looks at its submitted jobs
+SWEEP_LOG = "sweep.log"
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -35,6 +44,89 @@ def stop_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stopping_signal(stop: KeyboardInterrupt) -> str:
+    """The signal a KeyboardInterrupt stands for: SIGINT (Ctrl-C) unless :func:`stop_on_sigterm` named it."""
+    return stop.args[0] if stop.args and isinstance(stop.args[0], str) else "SIGINT"
+
+
+def sweep_log(sweep: Path, text: str) -> None:
+    """One line of the sweep's own log, ``<sweep>/sweep.log``."""
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    with open(Path(sweep) / SWEEP_LOG, "a") as log:
+        log.write(f"[{stamp}] {text}\n")
+
+
+class _Fold(logging.Filter):
+    """Drops the records of a repeated scheduler warning, counting them and keeping the first."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker, self.count, self.first = marker, 0, ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.marker not in message:
+            return True
+        self.count += 1
+        self.first = self.first or message
+        return False
+
+
+@contextmanager
+def folded_scheduler_warnings(sweep: Path) -> Iterator[None]:
+    """submitit's "Bypassing sacct error" (Slurm without accounting: sacct fails at each status poll) kept
+    off the terminal and written once, with its count, to the sweep's log: the ledger reads each job's
+    state from its folder, so the warning changes nothing the sweep reports."""
+    fold = _Fold("Bypassing sacct error")
+    logger = logging.getLogger("submitit")
+    logger.addFilter(fold)
+    for handler in logger.handlers:
+        handler.addFilter(fold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(fold)
+        for handler in logger.handlers:
+            handler.removeFilter(fold)
+        if fold.count:
+            sweep_log(sweep, f"submitit warned {fold.count} time(s): {fold.first}")
+
+
+def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
+    """A done submitit job's JobReturn, and its status for the ledger when it did not finish (None when
+    it did): ``cancelled`` when the scheduler says CANCELLED, else ``failed``."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    try:
+        return job.results()[0], None
+    except (UncompletedJobError, FailedJobError) as error:
+        state = str(job.state)
+        status = "cancelled" if state.upper().startswith("CANCELLED") else "failed"
+        returned = JobReturn(overrides=overrides, status=JobStatus.FAILED)
+        returned.return_value = error
+        return returned, f"{status}: the scheduler's state {state}"
+
+
+def wait_for(jobs: Sequence[Any], numbers: Sequence[int], overrides: Sequence[list[str]], sweep: Path) -> list:
+    """Wait for every submitted job, in any order; a job that ends without a result (cancelled, killed,
+    lost) is recorded in the sweep's ledger and the others are still awaited. Returns the JobReturns."""
+    from decpriv.report.ledger import record_end
+
+    returns: dict[int, Any] = {}
+    while len(returns) < len(jobs):
+        for index, job in enumerate(jobs):
+            if index in returns or not job.done():
+                continue
+            returns[index], ended = _ended(job, overrides[index])
+            if ended is not None:
+                status, _, why = ended.partition(": ")
+                record_end(sweep, numbers[index], status, why)
+        if len(returns) < len(jobs):
+            time.sleep(POLL_S)
+    return [returns[index] for index in range(len(jobs))]
 
 
 def cancel_jobs(jobs: Sequence[Any]) -> int:

@@ -33,7 +33,7 @@ def job_row(job: Path) -> pd.DataFrame:
         if table is not None:
             return table.copy()  # one block per dtype: a wide row would warn on insert
         error = "summary.csv is missing, unreadable or not a completed run's; rerun the job (resume=true)"
-        return pd.DataFrame([{"status": "corrupt", "error": error}])
+        return pd.DataFrame([{"status": "corrupt", "error": error, **_job_overrides(job)}])
     file = job / "summary.csv"
     with suppress(OSError, ConfigError):
         table = read_table(file)
@@ -53,8 +53,14 @@ def _job_overrides(job: Path) -> dict[str, Any]:
 
 
 def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
-    """Concatenate the jobs' summary rows (of jobs ``0 .. jobs-1`` when given); a job that died without
-    one gets a row from its run.json."""
+    """The sweep's table: from its ledger, one row per planned job (``decpriv.report.ledger``); a sweep
+    without one (another sweeper's, or an older decpriv's) concatenates the rows of its job folders (of
+    jobs ``0 .. jobs-1`` when given), a job that died without a summary getting one from its run.json."""
+    from decpriv.report.ledger import read_ledger, render
+
+    ledger = read_ledger(sweep)
+    if ledger is not None:
+        return render(Path(sweep), ledger)
     rows = []
     wanted = None if jobs is None else {str(i) for i in range(jobs)}
     for job in job_folders(sweep):
