@@ -110,7 +110,9 @@ def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
         return returned, f"{status}: the scheduler's state {state}"
 
 
-def wait_for(jobs: Sequence[Any], numbers: Sequence[int], overrides: Sequence[list[str]], sweep: Path) -> list:
+def wait_for(
+    jobs: Sequence[Any], numbers: Sequence[int], overrides: Sequence[list[str]], sweep: Path
+) -> list:
     """Wait for every submitted job, in any order; a job that ends without a result (cancelled, killed,
     lost) is recorded in the sweep's ledger and the others are still awaited. Returns the JobReturns."""
     from decpriv.report.ledger import record_end

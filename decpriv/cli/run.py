@@ -78,8 +78,7 @@ def _not_completed(sweep: Path, table) -> str:
     """``2 of 4 jobs did not complete: job 1 (seed=1) cancelled, job 3 (seed=3) never started``."""
     from decpriv.report.ledger import read_ledger, unfinished
 
-    swept = (read_ledger(sweep) or {}).get("swept", [])
-    jobs = unfinished(table, swept)
+    jobs = unfinished(table, read_ledger(sweep))
     shown = ", ".join(jobs[:8]) + (f" and {len(jobs) - 8} more" if len(jobs) > 8 else "")
     return f"{len(jobs)} of {len(table)} jobs did not complete: {shown}"
 

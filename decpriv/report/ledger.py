@@ -55,7 +55,9 @@ def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
     try:
         ledger = json.loads(file.read_text())
     except (OSError, ValueError) as error:
-        raise ConfigError(f"{file}: unreadable or corrupt ({error}); restore it or delete the sweep folder")
+        raise ConfigError(
+            f"{file}: unreadable or corrupt ({error}); restore it or delete the sweep folder"
+        ) from None
     if not isinstance(ledger, dict) or not isinstance(ledger.get("jobs"), list):
         raise ConfigError(f"{file}: not a decpriv sweep ledger; restore it or delete the sweep folder")
     return ledger
@@ -265,10 +267,16 @@ def job_log_line(folder: Path, text: str) -> None:
         log.write(f"[{stamp}][decpriv][INFO] - {text}\n")
 
 
-def unfinished(table: pd.DataFrame, swept: list[str]) -> list[str]:
-    """``job 1 (seed=1) cancelled``, one for each job of the sweep's table that did not complete."""
+def unfinished(table: pd.DataFrame, ledger: dict[str, Any] | None) -> list[str]:
+    """``job 1 (seed=1) cancelled``, one for each job of the sweep's table that did not complete, named
+    by its swept values as the command line wrote them."""
+    jobs, swept = (ledger or {}).get("jobs", []), (ledger or {}).get("swept", [])
     found = []
     for _, row in table[table["status"] != "completed"].iterrows():
-        values = " ".join(f"{k}={row[k]}" for k in swept if k in row and pd.notna(row[k]))
-        found.append(f"job {row['job']}{f' ({values})' if values else ''} {row['status']}")
+        num = int(row["job"])
+        values = [
+            o for o in (jobs[num] if num < len(jobs) else []) if o.split("=", 1)[0].lstrip("+~") in swept
+        ]
+        named = f" ({' '.join(values)})" if values else ""
+        found.append(f"job {num}{named} {row['status']}")
     return found

@@ -19,8 +19,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
-from hydra.plugins.sweeper import Sweeper
 from hydra.core.utils import JobStatus
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -143,7 +143,7 @@ class CheckedSweeper(Sweeper):
             if result.status == JobStatus.FAILED:
                 with redirect_stderr(io.StringIO()):  # Hydra's return_value prints before it raises
                     try:
-                        result.return_value
+                        _ = result.return_value
                     except Exception as error:
                         record_end(sweep_dir, num, "failed", error_text(error))
         return list(results)
