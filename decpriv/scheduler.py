@@ -31,19 +31,44 @@ POLL_S = 1.0  # how often the sweep looks at its submitted jobs
 SWEEP_LOG = "sweep.log"
 
 
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+_deferred: list[str] = []  # a signal that came during an import, delivered when the import is done
+RETRY_S = 0.05
+
+
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` runs inside Python's import machinery."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Stop the run, but never in the middle of an import: a module left half imported (torch imports
+    sympy lazily) would break the next job a parallel launcher's worker runs. Inside an import the stop
+    is retried every RETRY_S seconds (SIGALRM) until the import is done."""
+    name = _deferred.pop() if signum == signal.SIGALRM and _deferred else signal.Signals(signum).name
+    if _importing(frame):
+        _deferred.append(name)
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    raise KeyboardInterrupt(name)
 
 
 @contextmanager
 def stop_on_sigterm() -> Iterator[None]:
     """SIGTERM stops the run as Ctrl-C does (run.json: failed, interrupted: SIGTERM), in whichever process
-    runs the job; the previous handler (submitit's) is restored after."""
+    runs the job; the previous handlers (submitit's) are restored after."""
     previous = signal.signal(signal.SIGTERM, _interrupted)
+    alarm = signal.signal(signal.SIGALRM, _interrupted)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _deferred.clear()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGALRM, alarm)
 
 
 def stopping_signal(stop: KeyboardInterrupt) -> str:
@@ -107,7 +132,7 @@ def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
         status = "cancelled" if state.upper().startswith("CANCELLED") else "failed"
         returned = JobReturn(overrides=overrides, status=JobStatus.FAILED)
         returned.return_value = error
-        return returned, f"{status}: the scheduler's state {state}"
+        return returned, f"{status}: no result; the scheduler's state: {state}"
 
 
 def wait_for(

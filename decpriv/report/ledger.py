@@ -234,8 +234,9 @@ def record_end(sweep: Path, num: int, status: str, error: str) -> None:
     a lost job): kept in the ledger, said in the job's log, and the job's row rewritten."""
     with _locked(sweep):
         ledger = read_ledger(sweep)
-        if ledger is None:
-            return
+        if ledger is None or str(num) in ledger["ended"]:
+            return  # the first word on a job (the scheduler's) is kept
+        error = error.strip().splitlines()[0] if error.strip() else status
         ledger["ended"][str(num)] = {"status": status, "error": error}
         _write_ledger(sweep, ledger)
     with suppress(ConfigError):

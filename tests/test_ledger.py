@@ -1,0 +1,127 @@
+"""A sweep's ledger: summary.csv names every planned job from the start and how it ended, on every
+launcher; a failed, stopped or vanished job does not stop its sweep, whose exit names it; ``resume=true``
+reruns exactly the jobs that did not complete."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from decpriv.report.ledger import close_ledger, open_ledger, read_ledger, record_end, render, update_job
+
+QUICK = ["topology.n=6", "~attack", "plots=false"]
+ENTRY = "import sys; from decpriv.cli import entry; sys.argv = ['decpriv', *sys.argv[1:]]; entry()"
+
+
+def _job(sweep: Path, num: int, status: str, seed: int, error: str | None = None) -> None:
+    """A job folder as a run writes it (run.json, and summary.csv for a completed run)."""
+    folder = sweep / str(num)
+    folder.mkdir(parents=True)
+    meta = {"status": status, "started": "2999-01-01T00:00:00", "metrics": ["acc"]}
+    (folder / "run.json").write_text(json.dumps({**meta, **({"error": error} if error else {})}))
+    row = {"status": status, "acc": 0.5 + seed, "seed": seed, **({"error": error} if error else {})}
+    pd.DataFrame([row]).to_csv(folder / "summary.csv", index=False)
+
+
+def _statuses(sweep: Path) -> list[str]:
+    return list(render(sweep, read_ledger(sweep))["status"])
+
+
+def test_every_planned_job_has_a_row_and_each_status_by_hand(tmp_path):
+    jobs = [[f"seed={s}", "topology.n=6", "hydra.sweep.dir=x", "resume=true"] for s in range(5)]
+    open_ledger(tmp_path, jobs, ["seed"], set(), "basic")
+    planned = pd.read_csv(tmp_path / "summary.csv")  # written before any job starts
+    assert list(planned.job) == [0, 1, 2, 3, 4] and set(planned.status) == {"planned"}
+    assert list(planned.seed) == [0, 1, 2, 3, 4] and "resume" not in planned
+    assert read_ledger(tmp_path)["jobs"][0] == ["seed=0", "topology.n=6"]  # the experiment, not Hydra's
+    _job(tmp_path, 0, "completed", 0)
+    _job(tmp_path, 1, "failed", 1, "interrupted: SIGTERM")
+    _job(tmp_path, 2, "failed", 2, "interrupted: SIGTERM")
+    update_job(tmp_path, 3, running=True)
+    record_end(tmp_path, 2, "cancelled", "no result; the scheduler's state: CANCELLED by 0")
+    record_end(tmp_path, 2, "failed", "a later word on job 2 is not kept")
+    assert list(pd.read_csv(tmp_path / "summary.csv").status) == [
+        "planned", "planned", "cancelled", "running", "planned"
+    ]  # fmt: skip
+    table = close_ledger(tmp_path, stopped_by="SIGTERM")
+    assert list(table.status) == ["completed", "interrupted", "cancelled", "never started", "never started"]
+    assert table.error[2].startswith("no result; the scheduler's state: CANCELLED by 0 (interrupted")
+    assert "stopped (SIGTERM)" in table.error[4] and table.acc[0] == 0.5
+    (tmp_path / "0" / "run.json").unlink()  # a finished job's folder removed afterwards
+    assert _statuses(tmp_path)[0] == "missing"
+
+
+def test_a_sweep_whose_process_was_killed_reads_never_started(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    open_ledger(tmp_path, [["seed=0"], ["seed=1"]], ["seed"], set(), "basic")
+    ledger = read_ledger(tmp_path)
+    ledger["parent"]["pid"] = int(dead.stdout)  # that process has exited: killed, never closed its ledger
+    (tmp_path / "ledger.json").write_text(json.dumps(ledger))
+    _job(tmp_path, 0, "completed", 0)
+    assert _statuses(tmp_path) == ["completed", "never started"]
+
+
+def test_a_failed_job_is_named_and_resume_reruns_only_it(tmp_path):
+    grid = ["run", "-m", "protocol.lr=1e12,0.1", "protocol.rounds=3", *QUICK, "hydra.sweep.dir=sw"]
+    first = run_cli(*grid, cwd=tmp_path)
+    assert first.returncode == 1, first.stderr
+    said = " ".join(first.stderr.split())
+    assert "1 of 2 jobs did not complete: job 0 (protocol.lr=1000000000000.0) failed" in said
+    table = pd.read_csv(tmp_path / "sw" / "summary.csv")
+    assert list(table.status) == ["failed", "completed"] and "Diverged" in table.error[0]
+    log = (tmp_path / "sw" / "0" / "decpriv.log").read_text().splitlines()
+    assert log[-1].endswith("ended: failed: " + table.error[0])
+    kept = (tmp_path / "sw" / "1" / "run.json").read_bytes()
+    again = run_cli(*grid, "resume=true", cwd=tmp_path)
+    assert again.returncode == 1 and "1 job(s) kept" in again.stdout
+    assert (tmp_path / "sw" / "1" / "run.json").read_bytes() == kept  # only job 0 ran again
+    assert read_ledger(tmp_path / "sw")["kept"] == [1]
+
+
+def _running(job: Path, deadline: float) -> int:
+    """The pid of a job once it simulates (so a signal stops the run, not its start)."""
+    while True:
+        log = job / "decpriv.log"
+        if log.is_file() and "simulate: started" in log.read_text():
+            return json.loads((job / "run.json").read_text())["pid"]
+        assert time.monotonic() < deadline, f"{job} did not start"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("launcher", ["parallel", "submitit_local"])
+def test_one_job_stopped_the_sweep_goes_on_and_resume_reruns_exactly_it(tmp_path, launcher):
+    if launcher == "submitit_local":
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    extra = ["hydra.launcher.n_jobs=3"] if launcher == "parallel" else []
+    grid = [
+        "-m",
+        "protocol.rounds=5,8000,5",
+        *QUICK,
+        f"hydra/launcher={launcher}",
+        *extra,
+        "hydra.sweep.dir=sw",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ENTRY, "run", *grid], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env
+    )
+    os.kill(_running(tmp_path / "sw" / "1", time.monotonic() + 180), signal.SIGTERM)  # scancel's signal
+    assert parent.wait(timeout=240) == 1
+    said = " ".join(parent.stderr.read().split())
+    assert "1 of 3 jobs did not complete: job 1 (protocol.rounds=8000) interrupted" in said
+    table = pd.read_csv(tmp_path / "sw" / "summary.csv")
+    assert list(table.status) == ["completed", "interrupted", "completed"], table.error
+    log = (tmp_path / "sw" / "1" / "decpriv.log").read_text()
+    assert "ended: interrupted: SIGTERM" in log.splitlines()[-1]
+    kept = {n: (tmp_path / "sw" / n / "run.json").read_bytes() for n in ("0", "2")}
+    resumed = run_cli("run", *grid, "resume=true", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert {n: (tmp_path / "sw" / n / "run.json").read_bytes() for n in kept} == kept
+    assert set(pd.read_csv(tmp_path / "sw" / "summary.csv").status) == {"completed"}
