@@ -144,6 +144,18 @@ def swept_overrides(sweep: Path) -> list[str]:
     return sweep_plan(list(hydra.overrides.task), sweeper_params(hydra))[1]
 
 
+def earlier_jobs(sweep: Path) -> list[list[str]]:
+    """The jobs of the sweep a folder's ``multirun.yaml`` describes (a sweep made before the ledger), each
+    without Hydra's own settings; ``[]`` without one."""
+    from decpriv.report.ledger import comparable
+
+    file = Path(sweep) / "multirun.yaml"
+    if not file.is_file():
+        return []
+    hydra = OmegaConf.load(file).hydra
+    return [comparable(job) for job in expand(with_params(list(hydra.overrides.task), sweeper_params(hydra)))]
+
+
 def write_summary(sweep: Path, jobs: int) -> pd.DataFrame:
     """``<sweep>/summary.csv``: jobs ``0 .. jobs-1`` (a resumed folder may hold job folders of an earlier,
     larger grid: they are not this sweep), job, status and the swept keys first; returns the table."""
