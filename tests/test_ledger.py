@@ -4,6 +4,7 @@ reruns exactly the jobs that did not complete."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +15,10 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
+from decpriv.cli import main
+from decpriv.report.diff import diff_paths
 from decpriv.report.ledger import close_ledger, open_ledger, read_ledger, record_end, render, update_job
+from decpriv.report.sweep import collect
 
 QUICK = ["topology.n=6", "~attack", "plots=false"]
 ENTRY = "import sys; from decpriv.cli import entry; sys.argv = ['decpriv', *sys.argv[1:]]; entry()"
@@ -117,3 +121,31 @@ def test_one_job_stopped_the_sweep_goes_on_and_resume_reruns_exactly_it(tmp_path
     assert resumed.returncode == 0, resumed.stderr
     assert {n: (tmp_path / "sw" / n / "run.json").read_bytes() for n in kept} == kept
     assert set(pd.read_csv(tmp_path / "sw" / "summary.csv").status) == {"completed"}
+
+
+def test_a_removed_or_garbage_job_is_never_read_as_absent_or_equal(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    open_ledger(a, [["seed=0"], ["seed=1"]], ["seed"], set(), "basic")
+    _job(a, 0, "completed", 0)
+    _job(a, 1, "completed", 1)
+    close_ledger(a)
+    shutil.copytree(a, b)
+    (b / "1" / "summary.csv").write_text("garbage\n\x00\n")
+    assert not all(d.equal for d in diff_paths(a, b))  # the corrupt job pairs on its swept value
+    shutil.rmtree(b / "0")
+    assert list(collect(b).status) == ["missing", "corrupt"]  # show, report and diff read this
+    (b / "ledger.json").unlink()  # a sweep from before the ledger: its plan is multirun.yaml's
+    (b / "multirun.yaml").write_text("hydra:\n  overrides:\n    task:\n    - seed=0,1\n")
+    assert list(collect(b).status) == ["missing", "corrupt"] and list(collect(b).seed) == [0, 1]
+
+
+def test_a_folder_holds_one_run_or_one_sweep(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _job(tmp_path, 0, "completed", 0)  # a completed single run in ./0
+    for line in (
+        ["-m", "seed=0,1", "hydra.sweep.dir=0", "resume=true"],  # a sweep resumed into a run's folder
+        ["++hydra.run.dir=0"],  # a run into a used folder, named with ++
+    ):
+        assert main(["run", *QUICK, "protocol.rounds=2", *line]) == 2
+        assert "hydra." in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "0").iterdir()) == ["run.json", "summary.csv"]

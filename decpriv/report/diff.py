@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
-from decpriv.report.ledger import LEDGER
+from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect, job_folders, job_row, swept_overrides
 
@@ -137,7 +137,7 @@ def _tables(target: Path) -> dict[str, pd.DataFrame]:
     if target.is_file():
         return {target.stem: read_table(target)}
     tables = {f.stem: read_table(f) for f in sorted(target.glob("*.csv"))}
-    if (target / LEDGER).is_file():  # a sweep's table as its ledger and job folders have it now
+    if has_plan(target):  # a sweep's table as its ledger and job folders have it now
         tables["summary"] = collect(target)
     return tables
 

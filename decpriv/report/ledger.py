@@ -63,6 +63,24 @@ def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
     return ledger
 
 
+def ledger_of(sweep: Path | str) -> dict[str, Any] | None:
+    """The sweep's ledger; for a sweep without one (Hydra's basic sweeper, an older decpriv) the plan its
+    ``multirun.yaml`` describes, every job taken as ended (a job without a folder reads ``missing``)."""
+    from decpriv.report.sweep import earlier_jobs, swept_overrides
+
+    ledger = read_ledger(sweep)
+    if ledger is not None or not (Path(sweep) / "multirun.yaml").is_file():
+        return ledger
+    jobs = earlier_jobs(sweep)
+    final = {str(num): "ended" for num in range(len(jobs))}
+    return {"jobs": jobs, "swept": swept_overrides(sweep), "finished": "before the ledger", "final": final}
+
+
+def has_plan(folder: Path | str) -> bool:
+    """Whether a folder holds a sweep whose plan is known (its ledger, or Hydra's multirun.yaml)."""
+    return (Path(folder) / LEDGER).is_file() or (Path(folder) / "multirun.yaml").is_file()
+
+
 def _write_ledger(sweep: Path, ledger: dict[str, Any]) -> None:
     write_atomic(sweep / LEDGER, json.dumps(ledger, indent=1) + "\n")
 
@@ -173,7 +191,7 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
     elif _sweep_alive(ledger):
         status, error = "planned", ""
     elif (ledger.get("final") or {}).get(str(num), "never started") not in ("never started", "planned"):
-        status, error = "missing", f"its folder {folder} is gone; resume=true reruns it"
+        status, error = "missing", f"no job folder {folder} (removed, or never run); resume=true reruns it"
     else:
         status, error = "never started", _never_started(ledger)
     return pd.DataFrame([{"status": status, "error": error or None, **values}])

@@ -16,7 +16,7 @@ from decpriv.errors import ConfigError
 from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
-from decpriv.report.ledger import LEDGER
+from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect
 from decpriv.report.text import GAP, fmt, markdown_table, print_frame, without_details
@@ -228,7 +228,7 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
-        ledger = file.stem == "summary" and (run / LEDGER).is_file()
+        ledger = file.stem == "summary" and has_plan(run)
         frame = collect(run) if ledger else read_table(file)  # a sweep: its ledger, read now
         title = f"{file.name} ({len(frame)} rows)"
         if file.stem == "summary" and len(frame) == 1 and "job" not in frame:

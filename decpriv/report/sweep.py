@@ -56,9 +56,9 @@ def collect(sweep: Path, jobs: int | None = None) -> pd.DataFrame:
     """The sweep's table: from its ledger, one row per planned job (``decpriv.report.ledger``); a sweep
     without one (another sweeper's, or an older decpriv's) concatenates the rows of its job folders (of
     jobs ``0 .. jobs-1`` when given), a job that died without a summary getting one from its run.json."""
-    from decpriv.report.ledger import read_ledger, render
+    from decpriv.report.ledger import ledger_of, render
 
-    ledger = read_ledger(sweep)
+    ledger = ledger_of(sweep)
     if ledger is not None:
         return render(Path(sweep), ledger)
     rows = []
