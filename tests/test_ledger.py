@@ -149,3 +149,20 @@ def test_a_folder_holds_one_run_or_one_sweep(tmp_path, monkeypatch, capsys):
         assert main(["run", *QUICK, "protocol.rounds=2", *line]) == 2
         assert "hydra." in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "0").iterdir()) == ["run.json", "summary.csv"]
+
+
+def test_the_python_api_refuses_what_is_not_one_job(tmp_path):
+    from decpriv.api import run as api_run
+    from decpriv.errors import ConfigError
+
+    refusals = {
+        "is a list of strings": (("protocol.rounds=2",), {}),  # a string would be read letter by letter
+        "decpriv.api.run runs one job": ((["-m", "seed=0,1"],), {}),
+        "did you mean topology?": ((["topolgy=torus"],), {}),
+        "a run folder holds one run": ((["~attack"],), {"out_dir": tmp_path}),
+    }
+    (tmp_path / "run.json").write_text("{}")  # out_dir: a folder that holds a run
+    for sentence, (args, kwargs) in refusals.items():
+        with pytest.raises(ConfigError, match=sentence):
+            api_run(*args, **kwargs)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]

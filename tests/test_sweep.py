@@ -232,7 +232,7 @@ LIST_SWEEP = [
 
 
 def test_sweep_plan_counts_the_sweeper_params_of_a_preset():
-    from decpriv.report.sweep import sweep_plan
+    from decpriv.report.grid import sweep_plan
 
     preset = {"adversary.nodes": "[0],[1],[2]", "seed": "range(10)"}  # as elmrini_fig5 sweeps them
     assert sweep_plan(["experiment=elmrini_fig5"], preset) == (30, ["adversary.nodes", "seed"])
@@ -246,7 +246,8 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     an experiment preset's ``hydra.sweeper.params`` (elmrini_fig5: 15 jobs once gave a 1-row summary)."""
     from omegaconf import OmegaConf
 
-    from decpriv.report.sweep import SweepSummary, swept_overrides
+    from decpriv.report.grid import swept_overrides
+    from decpriv.report.sweep import SweepSummary
 
     run_cli("run", "-m", *LIST_SWEEP, cwd=tmp_path, check=True)
     sweep = tmp_path / "sw"

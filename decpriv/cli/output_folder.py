@@ -93,8 +93,8 @@ def check_resumable(path: Path, multirun: bool, overrides: list[str], hydra_cfg:
 def _check_same_jobs(sweep: Path, overrides: list[str], hydra_cfg: DictConfig) -> None:
     """The resumed sweep's jobs are the earlier sweep's (compared job by job, Hydra's settings aside),
     with new jobs only after them: a job number never changes what it ran."""
-    from decpriv.report.ledger import comparable, read_ledger
-    from decpriv.report.sweep import earlier_jobs, expand, sweeper_params, with_params
+    from decpriv.report.grid import comparable, earlier_jobs, expand, sweeper_params, with_params
+    from decpriv.report.ledger import read_ledger
 
     before = (read_ledger(sweep) or {}).get("jobs") or earlier_jobs(sweep)
     now = [comparable(job) for job in expand(with_params(overrides, sweeper_params(hydra_cfg)))]

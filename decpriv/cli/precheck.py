@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv.cli.composition import compose_or_refuse
+from decpriv.api import compose_or_refuse
 from decpriv.errors import ConfigError, bad_value
 
 
@@ -105,7 +105,7 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
 
 
 def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
-    from decpriv.report.sweep import expand
+    from decpriv.report.grid import expand
 
     if not multirun:
         return [overrides]
@@ -119,7 +119,7 @@ def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
-    from decpriv.report.sweep import sweep_plan, sweeper_params
+    from decpriv.report.grid import sweep_plan, sweeper_params
 
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])

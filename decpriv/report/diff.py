@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
-from decpriv.report.ledger import has_plan
+from decpriv.report.grid import swept_overrides
+from decpriv.report.ledger import has_plan, job_folders, job_row
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.sweep import collect, job_folders, job_row, swept_overrides
+from decpriv.report.sweep import collect
 
 # Key columns of tables that declare none (report.findings.keyed declares them; run.json keeps them).
 ROW_KEYS = (

@@ -27,7 +27,8 @@ import pandas as pd
 import yaml
 
 from decpriv.errors import ConfigError
-from decpriv.report.run_folder import read_status, read_table, write_atomic, write_csv
+from decpriv.report.grid import comparable, earlier_jobs, swept_overrides
+from decpriv.report.run_folder import completed_summary, read_status, read_table, write_atomic, write_csv
 
 LEDGER = "ledger.json"
 STATUSES = (
@@ -45,6 +46,42 @@ STATUSES = (
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
+
+
+def job_folders(sweep: Path) -> list[Path]:
+    """Job folders of a sweep (those with a run.json), in job-number order."""
+    found = [p.parent for p in Path(sweep).glob("*/run.json")]
+    return sorted(found, key=lambda p: (0, int(p.name)) if p.name.isdigit() else (1, p.name))
+
+
+def job_row(job: Path) -> pd.DataFrame:
+    """A job's summary row: its summary.csv when that agrees with run.json (a completed run's one
+    completed row, or a failed run's row), else a row from run.json; a completed run.json beside a
+    missing or garbage summary.csv is a ``corrupt`` job, never a completed one."""
+    meta = read_status(job)
+    status = meta.get("status", "unknown")
+    if status == "completed":
+        table = completed_summary(job, meta)
+        if table is not None:
+            return table.copy()  # one block per dtype: a wide row would warn on insert
+        error = "summary.csv is missing, unreadable or not a completed run's; rerun the job (resume=true)"
+        return pd.DataFrame([{"status": "corrupt", "error": error, **_job_overrides(job)}])
+    file = job / "summary.csv"
+    with suppress(OSError, ConfigError):
+        table = read_table(file)
+        if len(table) == 1 and "status" in table and table["status"].iloc[0] == status:
+            return table.copy()
+    return pd.DataFrame([{"status": status, "error": meta.get("error"), **_job_overrides(job)}])
+
+
+def _job_overrides(job: Path) -> dict[str, Any]:
+    """The job's own overrides (``seed=1``) from Hydra's ``.hydra/overrides.yaml``: a job stopped before it
+    wrote its summary still names its swept values."""
+    file = job / ".hydra" / "overrides.yaml"
+    with suppress(OSError, ValueError, TypeError, yaml.YAMLError):
+        pairs = [str(o).split("=", 1) for o in yaml.safe_load(file.read_text()) or []]
+        return {key.lstrip("+~"): yaml.safe_load(value) for key, value in (p for p in pairs if len(p) == 2)}
+    return {}
 
 
 def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
@@ -66,8 +103,6 @@ def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
 def ledger_of(sweep: Path | str) -> dict[str, Any] | None:
     """The sweep's ledger; for a sweep without one (Hydra's basic sweeper, an older decpriv) the plan its
     ``multirun.yaml`` describes, every job taken as ended (a job without a folder reads ``missing``)."""
-    from decpriv.report.sweep import earlier_jobs, swept_overrides
-
     ledger = read_ledger(sweep)
     if ledger is not None or not (Path(sweep) / "multirun.yaml").is_file():
         return ledger
@@ -83,16 +118,6 @@ def has_plan(folder: Path | str) -> bool:
 
 def _write_ledger(sweep: Path, ledger: dict[str, Any]) -> None:
     write_atomic(sweep / LEDGER, json.dumps(ledger, indent=1) + "\n")
-
-
-def comparable(overrides: list[str]) -> list[str]:
-    """A job's overrides that make the experiment: not Hydra's own (folders, launcher) nor ``resume``."""
-    kept = []
-    for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
-        if not (key == "resume" or key.startswith("hydra.") or key.startswith("hydra/")):
-            kept.append(override)
-    return kept
 
 
 def open_ledger(sweep: Path, jobs: list[list[str]], swept: list[str], kept: set[int], launcher: str) -> None:
@@ -148,8 +173,6 @@ def _values(overrides: list[str]) -> dict[str, Any]:
 
 def _own_row(folder: Path, meta: dict[str, Any]) -> pd.DataFrame:
     """The row a job folder gives (its summary.csv, else its run.json); a signal reads ``interrupted``."""
-    from decpriv.report.sweep import job_row
-
     row = job_row(folder)
     error = str(row["error"].iloc[0]) if "error" in row else ""
     if row["status"].iloc[0] == "failed" and error.startswith("interrupted"):

@@ -100,8 +100,8 @@ class CheckedSweeper(Sweeper):
         """Launch the jobs block by block into the sweep's ledger (``decpriv.report.ledger``): a job that
         fails, or that its launcher loses, is recorded and the other jobs go on; a stopped sweep records
         that it was stopped (the launcher cancels its jobs) and is stopped."""
+        from decpriv.report.grid import job_overrides, swept_keys, with_params
         from decpriv.report.ledger import close_ledger, open_ledger
-        from decpriv.report.sweep import job_overrides, swept_keys, with_params
         from decpriv.scheduler import folded_scheduler_warnings, stopping_signal
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
