@@ -18,7 +18,12 @@ What the launcher alone gets wrong, each handled here:
 """
 
 import logging
+import os
+import re
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -84,39 +89,108 @@ def sweep_log(sweep: Path, text: str) -> None:
 
 
 class _Fold(logging.Filter):
-    """Drops the records of a repeated scheduler warning, counting them and keeping the first."""
+    """Drops the records (and lines) of a repeated scheduler warning, counting them, keeping the first."""
 
-    def __init__(self, marker: str) -> None:
+    def __init__(self, *markers: str) -> None:
         super().__init__()
-        self.marker, self.count, self.first = marker, 0, ""
+        self.markers, self.counts, self.first = markers, dict.fromkeys(markers, 0), {}
+
+    def folds(self, message: str) -> bool:
+        marker = next((m for m in self.markers if m in message), None)
+        if marker is None:
+            return False
+        self.counts[marker] += 1
+        self.first.setdefault(marker, message.strip())
+        return True
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if self.marker not in message:
-            return True
-        self.count += 1
-        self.first = self.first or message
-        return False
+        return not self.folds(record.getMessage())
+
+
+_folds: list[_Fold] = []  # the fold of the sweep now waiting, for :func:`_scheduler_output`
 
 
 @contextmanager
 def folded_scheduler_warnings(sweep: Path) -> Iterator[None]:
-    """submitit's "Bypassing sacct error" (Slurm without accounting: sacct fails at each status poll) kept
-    off the terminal and written once, with its count, to the sweep's log: the ledger reads each job's
-    state from its folder, so the warning changes nothing the sweep reports."""
-    fold = _Fold("Bypassing sacct error")
+    """submitit's "Bypassing sacct error", and sacct's own "Slurm accounting storage is disabled" on its
+    stderr (Slurm without accounting: at each status poll), kept off the terminal and written once each,
+    with its count, to the sweep's log: the ledger reads each job's state from its folder and from
+    ``scontrol``, so the warnings change nothing the sweep reports."""
+    fold = _Fold("Bypassing sacct error", "accounting storage is disabled")
     logger = logging.getLogger("submitit")
     logger.addFilter(fold)
     for handler in logger.handlers:
         handler.addFilter(fold)
+    _folds.append(fold)
     try:
         yield
     finally:
+        _folds.remove(fold)
         logger.removeFilter(fold)
         for handler in logger.handlers:
             handler.removeFilter(fold)
-        if fold.count:
-            sweep_log(sweep, f"submitit warned {fold.count} time(s): {fold.first}")
+        for marker, count in fold.counts.items():
+            if count:
+                sweep_log(sweep, f"said {count} time(s), folded here: {fold.first[marker]}")
+
+
+@contextmanager
+def _scheduler_output() -> Iterator[None]:
+    """The scheduler's commands (sacct, run by submitit with this process's stderr) write into a file
+    for the block; its lines are then passed on to stderr, but those the sweep's fold counts."""
+    if not _folds:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines():
+                if not _folds[-1].folds(line):
+                    print(line, file=sys.stderr)
+
+
+FINAL_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY")
+FINAL_STATES += ("PREEMPTED", "TIMEOUT", "FINISHED", "INTERRUPTED")  # the last two: submitit's local jobs
+LIVE_STATES = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "REQUEUED",
+    "RESIZING",
+    "SUSPENDED",
+    "READY",
+)
+
+
+def scheduler_state(job: Any) -> str:
+    """A submitit job's state: submitit's own (sacct on Slurm), else, on a Slurm without accounting
+    (sacct fails and submitit says UNKNOWN), what ``scontrol show job`` still knows of it."""
+    from submitit import SlurmJob
+
+    state = str(job.state)
+    if state.upper() != "UNKNOWN" or not isinstance(job, SlurmJob):
+        return state
+    shown = subprocess.run(["scontrol", "show", "job", "-o", str(job.job_id)], capture_output=True, text=True)
+    found = re.search(r"JobState=(\S+)", shown.stdout)
+    return found.group(1) if found else state
+
+
+def _finished(job: Any) -> bool:
+    """The scheduler says the job is over (it may have ended without a result), or, where the scheduler
+    no longer knows it, its result is there. A job with a result whose state is still COMPLETING (the
+    moment after scancel) is not over yet: its final state says whether it was cancelled."""
+    state = scheduler_state(job).split()[0].upper()
+    if state in FINAL_STATES:
+        return True
+    return state not in LIVE_STATES and job.done()
 
 
 def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
@@ -126,13 +200,16 @@ def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
-        return job.results()[0], None
+        result = job.results()[0]
     except (UncompletedJobError, FailedJobError) as error:
-        state = str(job.state)
+        state = scheduler_state(job)
         status = "cancelled" if state.upper().startswith("CANCELLED") else "failed"
         returned = JobReturn(overrides=overrides, status=JobStatus.FAILED)
         returned.return_value = error
         return returned, f"{status}: no result; the scheduler's state: {state}"
+    state = scheduler_state(job)  # scancel's SIGTERM handled: a result, and the scheduler's word on it
+    cancelled = state.upper().startswith("CANCELLED")
+    return result, f"cancelled: the scheduler's state: {state}" if cancelled else None
 
 
 def wait_for(
@@ -145,9 +222,10 @@ def wait_for(
     returns: dict[int, Any] = {}
     while len(returns) < len(jobs):
         for index, job in enumerate(jobs):
-            if index in returns or not job.done():
-                continue
-            returns[index], ended = _ended(job, overrides[index])
+            with _scheduler_output():
+                if index in returns or not _finished(job):
+                    continue
+                returns[index], ended = _ended(job, overrides[index])
             if ended is not None:
                 status, _, why = ended.partition(": ")
                 record_end(sweep, numbers[index], status, why)
