@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report.run_folder import claim_folder, claim_named_folder, read_status, read_table
+from decpriv.user_conf import check_not_shadowed, unreadable_yaml
 
 
 @dataclass(eq=False)
@@ -71,7 +72,7 @@ def did_you_mean(word: str, known: list[str]) -> str:
 def _known_keys(key: str, overrides: list[str]) -> list[str]:
     """The keys beside ``key`` (``protocol.lrr``: those of ``protocol``) in the config composed without it."""
     parent = key.rpartition(".")[0]
-    others = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    others = [o for o in overrides if not f"{o.split('=', 1)[0].lstrip('+~')}.".startswith(f"{key}.")]
     try:
         cfg = compose_config(others)[0]
     except Exception:
@@ -83,6 +84,16 @@ def _known_keys(key: str, overrides: list[str]) -> list[str]:
 def explain_composition(error: Exception, overrides: list[str]) -> str:
     """Hydra's first line, with a did-you-mean from the known keys or options when one is close."""
     text = str(error).strip()
+    unreadable = _unparsable(overrides)
+    if unreadable is not None:
+        return (
+            f"{unreadable}: Hydra's override grammar cannot read this (characters such as é, 日, $, "
+            "parentheses or spaces need quotes: key='value'); quote the value or use letters, digits, "
+            "'-', '_' and '.'"
+        )
+    unreadable_file = unreadable_yaml() if "while " in text else None  # Hydra names no file
+    if unreadable_file is not None:
+        return unreadable_file
     first = text.splitlines()[0]
     hint = ""
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
@@ -100,15 +111,34 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
         parent, _, leaf = key.rpartition(".")
         found = did_you_mean(leaf, _known_keys(key, overrides))
         hint = found.replace("mean ", f"mean {parent}.") if parent and found else found
+        head, _, rest = key.partition(".")
+        near = did_you_mean(head, _known_keys(head, overrides)) if not hint and rest else ""
+        hint = near.replace("?", f".{rest}?") if near else hint  # protocl.rounds: protocol.rounds?
     return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
 
 
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot parse (an unquoted ``name=héllo``), None when all parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except Exception:  # Hydra's OverrideParseException and the grammar's own lexer errors
+            return override
+    return None
+
+
 def compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfig]:
-    """:func:`compose_job`, refusing Hydra's composition errors in one sentence."""
+    """:func:`compose_job`, refusing Hydra's composition errors in one sentence, and a chosen option
+    whose ./conf yaml decpriv's own option of that name hides."""
     try:
-        return compose_job(overrides)
+        composed = compose_job(overrides)
     except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
         raise ConfigError(explain_composition(error, overrides)) from None
+    check_not_shadowed(composed[1])
+    return composed
 
 
 def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:

@@ -140,6 +140,7 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
+MAX_NAME = 100  # a run folder's name (date, time and name) stays well under the file systems' 255 bytes
 
 
 def validate(cfg: DictConfig) -> None:
@@ -155,6 +156,17 @@ def validate(cfg: DictConfig) -> None:
     if found:
         raise bad_value(found[0], found[1], found[2], "give a smaller, finite number")
     name = cfg.get("name")
+    if name == "":
+        raise bad_value(
+            "name", name, "an empty name adds nothing to the run folder's name", "give one or drop name="
+        )
+    if name is not None and len(str(name)) > MAX_NAME:
+        raise bad_value(
+            "name",
+            f"{str(name)[:20]}...",
+            f"the run folder's name takes at most {MAX_NAME} characters",
+            "shorten it",
+        )
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
         raise bad_value(
             "name",

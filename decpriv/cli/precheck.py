@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv.api import compose_or_refuse
+from decpriv.api import compose_or_refuse, explain_composition
 from decpriv.errors import ConfigError, bad_value
 
 
@@ -114,12 +114,12 @@ def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     except ConfigError:
         raise
     except Exception as error:  # Hydra's override grammar
-        raise ConfigError(str(error).strip().splitlines()[0]) from None
+        raise ConfigError(explain_composition(error, overrides)) from None
 
 
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
-    from decpriv.report.grid import sweep_plan, sweeper_params
+    from decpriv.report.grid import sweep_plan, sweeper_params, with_params
 
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])
@@ -127,9 +127,11 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
     if multirun:
         check_launcher(hydra.launcher)
         check_sweeper(hydra.sweeper)
-        params = sweeper_params(hydra)  # a preset's own sweep is counted, not prechecked
+        params = sweeper_params(hydra)  # a preset's own sweep is counted, its first job composed
         plan.count, plan.swept = sweep_plan(overrides, params)
         plan.every_job_checked = not params
+        if params:  # a key the preset misspelt: one sentence now, not Hydra's six lines once it runs
+            compose_or_refuse(_jobs_of(with_params(overrides, params), True)[0])
     if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
         plan.digests = _check_in_workers(jobs, overrides, hydra.launcher)
     elif not multirun:

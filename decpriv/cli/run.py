@@ -118,6 +118,19 @@ def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, c
     return status
 
 
+def _note_unswept(plan: Plan) -> None:
+    """A preset that declares a sweep (``hydra.sweeper.params``), run without -m: said in one line."""
+    from decpriv.report.grid import sweep_plan, sweeper_params
+
+    params = sweeper_params(plan.hydra)
+    if params:
+        count, keys = sweep_plan([], params)
+        print_stderr(
+            f"note: this config declares a sweep of {count} jobs over {', '.join(keys)} "
+            "(hydra.sweeper.params); without -m it runs once, with none of those values; add -m to sweep."
+        )
+
+
 def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
     """``args``: the command line after ``run``, handed to Hydra as typed (``ns``: the same, parsed)."""
     from decpriv.scheduler import stop_on_sigterm
@@ -145,6 +158,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     except ConfigError as error:
         print_error(str(error))
         return 2
+    if not multirun:
+        _note_unswept(plan)
     began = datetime.now().replace(microsecond=0)
     try:
         _run_hydra([*args, *added], plan.prebuilt)

@@ -1,10 +1,12 @@
 """A sweep's grid: the jobs of a command line and a sweeper's ``params``, expanded as decpriv's sweeper
 expands them (Hydra's public override parser), the keys they sweep, and the jobs an earlier sweep ran."""
 
+import fnmatch
 import itertools
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.types import ValueType
 from omegaconf import OmegaConf
 
 from decpriv.errors import ConfigError
@@ -40,11 +42,33 @@ def job_overrides(parsed: list) -> list[list[str]]:
                 f"{key}: an interval() is a search space for an optimising sweeper; "
                 "decpriv sweeps lists of values (a=1,2,3 or a=range(1,4))"
             )
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            raise _glob_refusal(override)
         if override.is_sweep_override():
             values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            if not values[key]:
+                raise ConfigError(
+                    f"{override.input_line}: this sweep has no value, so the sweep would have no job; "
+                    "give at least one (e.g. seed=range(3) or seed=0,1)"
+                )
         else:
             values[key] = [f"{key}={override.get_value_element_as_str()}"]
     return [list(job) for job in itertools.product(*values.values())]
+
+
+def _glob_refusal(override: Any) -> ConfigError:
+    """``topology=glob(ri*)`` refused in one sentence naming the options it matches among decpriv's own."""
+    from importlib import resources
+
+    group, pattern = override.key_or_group, override.value()
+    folder = resources.files("decpriv.conf").joinpath(group)
+    options = (
+        sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")) if folder.is_dir() else []
+    )
+    matched = [o for o in options if any(fnmatch.fnmatch(o, i) for i in pattern.include)]
+    matched = [o for o in matched if not any(fnmatch.fnmatch(o, e) for e in pattern.exclude)]
+    fix = f"write {group}={','.join(matched)}" if matched else f"list them (decpriv list {group})"
+    return ConfigError(f"{override.input_line}: decpriv sweeps listed options, not glob(); {fix}")
 
 
 def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:

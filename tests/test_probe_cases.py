@@ -1,0 +1,75 @@
+"""Odd inputs a probe of new users' commands found: each refused in one sentence naming what to change
+(exit status 2, nothing written), or said where it was silent."""
+
+from pathlib import Path
+
+import pytest
+
+from decpriv import NO_USER_CONF
+from decpriv.cli import main
+
+pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
+QUICK = ["protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
+
+
+def _refused(capsys, *argv: str) -> str:
+    """The one line ``decpriv ARGV`` refuses with (exit status 2)."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return " ".join(err.split())
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("name=", "name='': an empty name adds nothing to the run folder's name; give one or drop name="),
+        ("name=héllo", "name=héllo: Hydra's override grammar cannot read this"),
+        ("name=日本語", "quote the value or use letters, digits"),
+        ("name=$(touch x)", "name=$(touch x): Hydra's override grammar cannot read this"),
+        ("name=" + "a" * 250, "the run folder's name takes at most 100 characters; shorten it"),
+    ],
+)
+def test_a_run_name_is_refused_for_what_it_is(tmp_path, monkeypatch, capsys, override, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in _refused(capsys, "run", override, *QUICK)
+    assert not list(tmp_path.iterdir())  # no runs/<date>/ left behind, no file x made
+
+
+def test_sweeps_that_would_have_no_job_or_a_glob(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    said = _refused(capsys, "run", "-m", "seed=range(0)", *QUICK)
+    assert said.startswith("error: seed=range(0): this sweep has no value")
+    said = _refused(capsys, "run", "-m", "topology=glob(ri*)", *QUICK)
+    assert said.endswith("decpriv sweeps listed options, not glob(); write topology=ring")
+    said = _refused(capsys, "run", "-m", "topology=glob(*,exclude=[r*,e*,f*,k*,l*,d*,h*,s*,c*])", *QUICK)
+    assert said.endswith("write topology=torus")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_users_conf_folder_says_which_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    experiments = Path("conf/experiment")
+    experiments.mkdir(parents=True)
+    (experiments / "broken.yaml").write_text("# @package _global_\nprotocol: {rounds: [\n")
+    said = _refused(capsys, "run", "experiment=broken", *QUICK)
+    assert said.startswith("error: conf/experiment/broken.yaml: not valid YAML (") and "line 3" in said
+    (experiments / "broken.yaml").unlink()
+
+    Path("conf/topology").mkdir()
+    Path("conf/topology/ring.yaml").write_text("_target_: networkx.cycle_graph\nn: 5\n")
+    said = _refused(capsys, "run", *QUICK)  # topology=ring is the default: the package's ring would run
+    assert "conf/topology/ring.yaml: decpriv's own topology=ring comes first" in said
+    assert "rename it (e.g. conf/topology/my_ring.yaml) and choose topology=my_ring" in said
+    Path("conf/topology/ring.yaml").unlink()
+
+    sweep = "# @package _global_\nhydra:\n  sweeper:\n    params:\n      protocl.rounds: 2,3\n"
+    (experiments / "typo.yaml").write_text(sweep)
+    said = _refused(capsys, "run", "-m", "experiment=typo", *QUICK)
+    assert said == "error: Could not override 'protocl.rounds'. (did you mean protocol.rounds?)"
+    (experiments / "sweep.yaml").write_text(sweep.replace("protocl", "protocol"))
+    assert main(["run", "experiment=sweep", *QUICK]) == 0  # without -m: one run, and a note says so
+    assert (
+        "declares a sweep of 2 jobs over protocol.rounds (hydra.sweeper.params); without -m it runs once"
+        in (" ".join(capsys.readouterr().err.split()))
+    )
