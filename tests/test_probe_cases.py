@@ -73,3 +73,22 @@ def test_the_users_conf_folder_says_which_file(tmp_path, monkeypatch, capsys):
         "declares a sweep of 2 jobs over protocol.rounds (hydra.sweeper.params); without -m it runs once"
         in (" ".join(capsys.readouterr().err.split()))
     )
+
+
+def test_readers_say_what_a_folder_is_not(tmp_path, monkeypatch, capsys):
+    import json
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *QUICK, "hydra.run.dir=done"]) == 0
+    capsys.readouterr()
+    said = _refused(capsys, "diff", "done/history.csv", "done")
+    assert "done/history.csv is one CSV table and done a folder, which have nothing to pair" in said
+    Path("live").mkdir()  # a run that started and has written no table yet
+    meta = {"status": "running", "pid": 1, "host": socket.gethostname(), "started": "2999-01-01T00:00:00"}
+    Path("live/run.json").write_text(json.dumps({**meta, "heartbeat": "2999-01-01T00:00:00"}))
+    assert "live: the run is still running (process 1 on" in _refused(capsys, "report", "live")
+    assert main(["diff", "--brief", "done", "live"]) == 1  # different, said without a traceback
+    assert "differ" in capsys.readouterr().out
+    said = _refused(capsys, "runs", "seed=0", "seed=1")
+    assert said == "error: seed='1': seed is filtered twice (seed=0 too), and a run has one seed; give one."

@@ -169,6 +169,14 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
         if not target.exists():
             raise FileNotFoundError(f"{target}: no such run folder or CSV file")
         _comparable(target)
+    if a.is_file() != b.is_file():
+        table, folder = (a, b) if a.is_file() else (b, a)
+        raise bad_value(
+            "diff",
+            f"{a} {b}",
+            f"{table} is one CSV table and {folder} a folder, which have nothing to pair",
+            f"compare two tables ({table} OTHER/{table.name}) or two folders",
+        )
     diffs = _diff_folders(a, b, rtol, atol)
     if _is_sweep(a) and _is_sweep(b):
         keys = _aligning_keys(a, b, collect(a), collect(b), diffs[0].metrics if diffs else set())

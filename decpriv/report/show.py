@@ -302,6 +302,8 @@ def _summary_parts(d, first: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The summary's changed cells split in two tables: config keys and metrics (headline first), each
     ``[job key,] name, A, B`` (metrics with their relative difference)."""
     changed = d.changed.copy()
+    if changed.empty:  # nothing paired (a live run has no summary yet): no columns to split either
+        changed = pd.DataFrame(columns=[*d.keys, "column", "a", "b", "rel_diff"])
     keyed = d.keys != ["row"]
     if keyed:
         changed.insert(0, "jobs", [";".join(f"{k}={r[k]}" for k in d.keys) for _, r in changed.iterrows()])
