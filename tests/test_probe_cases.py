@@ -92,3 +92,26 @@ def test_readers_say_what_a_folder_is_not(tmp_path, monkeypatch, capsys):
     assert "differ" in capsys.readouterr().out
     said = _refused(capsys, "runs", "seed=0", "seed=1")
     assert said == "error: seed='1': seed is filtered twice (seed=0 too), and a run has one seed; give one."
+
+
+def test_data_files_that_are_not_the_data_set_and_a_refused_root_leaves_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    from decpriv.data.datasets import _kept_only_when_read
+
+    monkeypatch.chdir(tmp_path)
+    raw = Path("m/MNIST/raw")
+    raw.mkdir(parents=True)
+    for part in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
+        (raw / f"{part}-ubyte").write_text("garbage\n")
+    said = _refused(capsys, "run", "data=mnist", "data.root=m", *QUICK)
+    assert said.startswith("error: data.root='m': the mnist files there do not read as mnist (AssertionError")
+    Path("a").mkdir()
+    Path("a/a9a").write_text("garbage line\n")
+    Path("a/a9a.t").write_text("1 1:1\n")
+    said = _refused(capsys, "run", "data=libsvm", "data.root=a", *QUICK)
+    assert "the a9a files there do not read as a9a (ValueError: could not convert string to float" in said
+    with pytest.raises(OSError), _kept_only_when_read(Path("new/deep/root")):
+        Path("new/deep/root/MNIST/raw").mkdir(parents=True)  # what a download makes before it fails
+        raise OSError("offline")
+    assert not Path("new").exists()
