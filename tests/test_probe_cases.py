@@ -115,3 +115,21 @@ def test_data_files_that_are_not_the_data_set_and_a_refused_root_leaves_nothing(
         Path("new/deep/root/MNIST/raw").mkdir(parents=True)  # what a download makes before it fails
         raise OSError("offline")
     assert not Path("new").exists()
+
+
+def test_a_resumed_preset_sweep_keeps_its_completed_jobs(tmp_path, monkeypatch, capsys):
+    """A preset's own sweep is not built job by job before it runs: its jobs find their completed runs
+    themselves, and the ledger keeps them (not 'never started')."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    Path("conf/experiment").mkdir(parents=True)
+    sweep = "# @package _global_\nhydra:\n  sweeper:\n    params:\n      protocol.rounds: 2,3\n"
+    Path("conf/experiment/sweep.yaml").write_text(sweep)
+    line = ["run", "-m", "experiment=sweep", "topology.n=4", "~attack", "plots=false", "hydra.sweep.dir=ps"]
+    assert main(line) == 0
+    runs = [Path(f"ps/{j}/run.json").read_bytes() for j in (0, 1)]
+    assert main([*line, "resume=true"]) == 0
+    assert [Path(f"ps/{j}/run.json").read_bytes() for j in (0, 1)] == runs
+    assert json.loads(Path("ps/ledger.json").read_text())["kept"] == [0, 1]
+    assert Path("ps/summary.csv").read_text().splitlines()[1].startswith("0,completed,2,")

@@ -37,7 +37,7 @@ class HydraJob:
     def __call__(self, cfg: DictConfig) -> None:
         # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
         from decpriv import experiment
-        from decpriv.report.ledger import update_job
+        from decpriv.report.ledger import keep_job, update_job
         from decpriv.report.resume import already_completed, take_resume
 
         runtime = HydraConfig.get()
@@ -48,6 +48,8 @@ class HydraJob:
         resume = take_resume(cfg)
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
         if resume and already_completed(out, digest):
+            if multirun:
+                keep_job(Path(runtime.sweep.dir), runtime.job.num)
             if sys.stdout.isatty() or not multirun:
                 Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
             return

@@ -270,6 +270,18 @@ def update_job(sweep: Path, num: int, running: bool = False) -> None:
         write_csv(sweep / "summary.csv", _ordered(pd.concat([others, row], ignore_index=True), ledger))
 
 
+def keep_job(sweep: Path, num: int) -> None:
+    """A launched job that found its folder already holding a completed run of its config (a resumed
+    preset's sweep, whose jobs the precheck did not build): kept, as the precheck's kept jobs are."""
+    with _locked(sweep):
+        ledger = read_ledger(sweep)
+        if ledger is None or num in ledger["kept"]:
+            return
+        ledger["kept"] = sorted({*ledger["kept"], num})
+        _write_ledger(sweep, ledger)
+    update_job(sweep, num)
+
+
 def record_end(sweep: Path, num: int, status: str, error: str) -> None:
     """What the sweep's process learned of a job's end from its launcher or scheduler (a cancellation,
     a lost job): kept in the ledger, said in the job's log, and the job's row rewritten."""
