@@ -113,8 +113,27 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
         hint = found.replace("mean ", f"mean {parent}.") if parent and found else found
         head, _, rest = key.partition(".")
         near = did_you_mean(head, _known_keys(head, overrides)) if not hint and rest else ""
-        hint = near.replace("?", f".{rest}?") if near else hint  # protocl.rounds: protocol.rounds?
+        if near and near != f"did you mean {head}?":
+            hint = near.replace("?", f".{rest}?")  # protocl.rounds: protocol.rounds?
+        elif near:  # a key of another option of the group: gossip_matrix.function is hook's
+            hint = _option_with(head, rest) or hint
     return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
+
+
+def _option_with(group: str, key: str) -> str:
+    """``choose gossip_matrix=hook (it reads gossip_matrix.function)``: decpriv's options of ``group``
+    whose yaml declares ``key``, "" when none does."""
+    from importlib import resources
+
+    import yaml
+
+    folder = resources.files("decpriv.conf").joinpath(group)
+    options = []
+    for file in sorted(folder.iterdir(), key=lambda f: f.name) if folder.is_dir() else []:
+        node = yaml.safe_load(file.read_text()) if file.name.endswith(".yaml") else None
+        if isinstance(node, dict) and key in node:
+            options.append(file.name[:-5])
+    return f"choose {group}={' or '.join(options)} (it reads {group}.{key})" if options else ""
 
 
 def _unparsable(overrides: list[str]) -> str | None:

@@ -133,3 +133,13 @@ def test_a_resumed_preset_sweep_keeps_its_completed_jobs(tmp_path, monkeypatch, 
     assert [Path(f"ps/{j}/run.json").read_bytes() for j in (0, 1)] == runs
     assert json.loads(Path("ps/ledger.json").read_text())["kept"] == [0, 1]
     assert Path("ps/summary.csv").read_text().splitlines()[1].startswith("0,completed,2,")
+
+
+def test_a_key_of_another_option_and_a_hook_that_takes_no_graph(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    said = _refused(capsys, "run", "gossip_matrix.function=os.getcwd", *QUICK)
+    assert said.endswith("(choose gossip_matrix=hook (it reads gossip_matrix.function))")
+    said = _refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=os.getcwd", *QUICK)
+    assert "'os.getcwd': the function is called with the graph alone and does not take it" in said
+    said = _refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=builtins.str", *QUICK)
+    assert "'builtins.str': its result is not an (n, n) matrix" in said
