@@ -143,3 +143,13 @@ def test_a_key_of_another_option_and_a_hook_that_takes_no_graph(tmp_path, monkey
     assert "'os.getcwd': the function is called with the graph alone and does not take it" in said
     said = _refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=builtins.str", *QUICK)
     assert "'builtins.str': its result is not an (n, n) matrix" in said
+
+
+@pytest.mark.parametrize("model", ["softmax", "mlp"])
+def test_a_classifier_on_regression_data(tmp_path, monkeypatch, capsys, model):
+    monkeypatch.chdir(tmp_path)
+    said = _refused(capsys, "run", "data=least_squares", f"model={model}", "protocol.batch_size=null", *QUICK)
+    assert said == (
+        f"error: model='{model}': this model classifies, and the data has 0 classes (a regression task); "
+        "use model=linear_regression for regression data, or classification data (data=digits)."
+    )
