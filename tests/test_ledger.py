@@ -54,7 +54,12 @@ def test_every_planned_job_has_a_row_and_each_status_by_hand(tmp_path):
     assert list(pd.read_csv(tmp_path / "summary.csv").status) == [
         "planned", "planned", "cancelled", "running", "planned"
     ]  # fmt: skip
+    (tmp_path / "1" / "decpriv.log").write_text("[...] - simulate: started\n")  # killed: said no end
     table = close_ledger(tmp_path, stopped_by="SIGTERM")
+    last = (tmp_path / "1" / "decpriv.log").read_text().splitlines()[-1]
+    assert last.endswith(
+        "ended: interrupted (interrupted: SIGTERM), as the sweep's process found it at the sweep's end"
+    )
     assert list(table.status) == ["completed", "interrupted", "cancelled", "never started", "never started"]
     assert table.error[2].startswith("no result; the scheduler's state: CANCELLED by 0 (interrupted")
     assert "stopped (SIGTERM)" in table.error[4] and table.acc[0] == 0.5

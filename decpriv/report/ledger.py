@@ -309,7 +309,19 @@ def close_ledger(sweep: Path, stopped_by: str | None = None) -> pd.DataFrame:
         ledger["final"] = {str(j): s for j, s in zip(table["job"], table["status"], strict=True)}
         _write_ledger(sweep, ledger)
         write_csv(sweep / "summary.csv", table)
+    for _, row in table[table["status"].isin(["interrupted", "cancelled", "failed"])].iterrows():
+        _say_unsaid_end(sweep / str(row["job"]), f"{row['status']} ({row.get('error')})")
     return table
+
+
+def _say_unsaid_end(folder: Path, ending: str) -> None:
+    """A job killed outright (SIGKILL, its worker terminated) could not write how it ended: the sweep's
+    process writes it at the sweep's end, so every job's log ends with its end."""
+    log = folder / "decpriv.log"
+    with suppress(OSError):
+        lines = log.read_text().splitlines() if log.is_file() else []
+        if lines and "ended: " not in lines[-1]:
+            job_log_line(folder, f"ended: {ending}, as the sweep's process found it at the sweep's end")
 
 
 def job_log_line(folder: Path, text: str) -> None:
