@@ -5,6 +5,7 @@ it are skipped with the reason."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -98,5 +99,30 @@ def start(root: Path) -> dict[str, str]:
 
 
 def stop(env: dict[str, str]) -> None:
-    """Shut slurmctld and slurmd down (munge stays: other users of this machine may rely on it)."""
+    """Cancel what is left in the queue, then shut slurmctld and slurmd down and wait for them (by the pid
+    files this cluster wrote); a daemon still there after 20 s is killed. Munge stays: other users of this
+    machine may rely on it. A shutdown with jobs running would leave their slurmstepd behind."""
+    subprocess.run(["scancel", "--partition", "debug"], env=env, capture_output=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True)
+        if queue.returncode != 0 or not queue.stdout.strip():
+            break
+        time.sleep(0.5)
+    root = Path(env["SLURM_CONF"]).parent
+    pids = [int(f.read_text()) for f in (root / "slurmctld.pid", root / "slurmd.pid") if f.is_file()]
     subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True)
+    deadline = time.monotonic() + 20
+    for pid in pids:
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
