@@ -178,9 +178,37 @@ def scheduler_state(job: Any) -> str:
     state = str(job.state)
     if state.upper() != "UNKNOWN" or not isinstance(job, SlurmJob):
         return state
-    shown = subprocess.run(["scontrol", "show", "job", "-o", str(job.job_id)], capture_output=True, text=True)
-    found = re.search(r"JobState=(\S+)", shown.stdout)
-    return found.group(1) if found else state
+    return _scontrol_states().get(str(job.job_id), state)
+
+
+_scontrol: dict[str, Any] = {"at": float("-inf"), "states": {}}
+
+
+def _scontrol_states() -> dict[str, str]:
+    """Every job ``scontrol show job`` knows, ``{"12_3": "RUNNING", "12_4": "PENDING"}``, read at most once
+    a poll: one call for the whole array, not one a job."""
+    if time.monotonic() - _scontrol["at"] < POLL_S:
+        return _scontrol["states"]
+    shown = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True)
+    states = {}
+    for line in shown.stdout.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S+)", line))
+        state = fields.get("JobState", "UNKNOWN")
+        states[fields.get("JobId", "")] = state
+        for task in _task_ids(fields.get("ArrayTaskId", "")):  # a pending array's tasks share one line
+            states[f"{fields.get('ArrayJobId')}_{task}"] = state
+    _scontrol.update(at=time.monotonic(), states=states)
+    return states
+
+
+def _task_ids(tasks: str) -> list[str]:
+    """Slurm's task list, ``3``, ``2-5`` or ``1,4-6%2`` (``%``: a throttle), as task numbers."""
+    found = []
+    for part in tasks.split("%")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            found += [str(task) for task in range(int(first), int(last or first) + 1)]
+    return found
 
 
 def _finished(job: Any) -> bool:

@@ -171,3 +171,27 @@ def test_the_python_api_refuses_what_is_not_one_job(tmp_path):
         with pytest.raises(ConfigError, match=sentence):
             api_run(*args, **kwargs)
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_slurm_states_without_accounting_are_read_in_one_scontrol_call(monkeypatch):
+    """Without slurmdbd, sacct fails and submitit says UNKNOWN: the states come from one ``scontrol show
+    job -o`` per poll, a pending array's task range expanded (Slurm prints it on one line)."""
+    from types import SimpleNamespace
+
+    from decpriv import scheduler
+
+    shown = (
+        "JobId=7 ArrayJobId=5 ArrayTaskId=1 JobState=CANCELLED Reason=None\n"
+        "JobId=8 ArrayJobId=5 ArrayTaskId=0 JobState=COMPLETING\n"
+        "JobId=5 ArrayJobId=5 ArrayTaskId=2-3,5%2 JobState=PENDING Reason=JobArrayTaskLimit\n"
+    )
+    calls = []
+    monkeypatch.setattr(
+        scheduler.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or SimpleNamespace(stdout=shown)
+    )
+    monkeypatch.setitem(scheduler._scontrol, "at", float("-inf"))
+    monkeypatch.setitem(scheduler._scontrol, "states", {})
+    states = scheduler._scontrol_states()
+    assert states["5_1"] == "CANCELLED" and states["5_0"] == "COMPLETING"
+    assert [states[f"5_{t}"] for t in (2, 3, 5)] == ["PENDING"] * 3 and "5_4" not in states
+    assert scheduler._scontrol_states() is states and len(calls) == 1  # once a poll
