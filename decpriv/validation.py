@@ -125,6 +125,24 @@ def check_choices(cfg: DictConfig, choices: dict[str, Any]) -> None:
             )
 
 
+def check_adversary_read(choices: dict[str, Any], overrides: list[str]) -> None:
+    """An adversary key set on the command line while the run has no adversary (``adversary=none``, as
+    ``attack=audit`` selects: it observes through the accountant) is refused: it would be recorded as if
+    it shaped the run."""
+    if choices.get("adversary") != "none":
+        return
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key.startswith("adversary."):
+            by = f"attack={choices['attack']} runs" if choices.get("attack") else "the run has"
+            raise bad_value(
+                key,
+                value,
+                f"{by} no adversary (adversary=none: every node honest), so no adversary key is read",
+                "drop it, or choose an attack that has an adversary",
+            )
+
+
 def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
     """A key set on the command line that the plugin's chosen mode never reads is refused: a plugin
     declares them with an ``unread(node) -> {key: why}`` attribute on its ``_target_``."""

@@ -153,3 +153,12 @@ def test_a_classifier_on_regression_data(tmp_path, monkeypatch, capsys, model):
         f"error: model='{model}': this model classifies, and the data has 0 classes (a regression task); "
         "use model=linear_regression for regression data, or classification data (data=digits)."
     )
+
+
+def test_an_adversary_key_where_the_run_has_no_adversary(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    said = _refused(capsys, "run", "attack=audit", "adversary.count=3", "protocol.rounds=2", "topology.n=4")
+    assert said == (
+        "error: adversary.count='3': attack=audit runs no adversary (adversary=none: every node honest), "
+        "so no adversary key is read; drop it, or choose an attack that has an adversary."
+    )

@@ -48,7 +48,7 @@ def check_job(
     config digest when it resumes (its folder is then read to decide whether it must run), else None."""
     from decpriv import experiment
     from decpriv.report.resume import check_fixed_folder, take_resume
-    from decpriv.validation import check_choices, check_unread
+    from decpriv.validation import check_adversary_read, check_choices, check_unread
 
     digest = None
     if take_resume(cfg):
@@ -56,6 +56,7 @@ def check_job(
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
     check_choices(cfg, choices)
     check_unread(cfg, overrides)
+    check_adversary_read(choices, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest
 
