@@ -162,3 +162,11 @@ def test_an_adversary_key_where_the_run_has_no_adversary(tmp_path, monkeypatch, 
         "error: adversary.count='3': attack=audit runs no adversary (adversary=none: every node honest), "
         "so no adversary key is read; drop it, or choose an attack that has an adversary."
     )
+
+
+def test_every_node_corrupt_is_refused_without_naming_a_key_not_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    nodes = "adversary.nodes=[" + ",".join(map(str, range(16))) + "]"
+    said = _refused(capsys, "run", nodes, "protocol.rounds=2")
+    assert "adversary='16 corrupt nodes of 16': no honest node neighbours the corrupt ones" in said
+    assert "(adversary.count <= 15, or fewer adversary.nodes)" in said
