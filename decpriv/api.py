@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +16,9 @@ from typing import TYPE_CHECKING
 
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from decpriv.errors import ConfigError, bad_value
+from decpriv.user_conf import check_not_shadowed, unreadable_yaml
 
 if TYPE_CHECKING:  # pandas loads when tables are read: composing a config (a refusal) does without it
     import pandas as pd
@@ -65,6 +70,102 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictCon
     return cfg, choices
 
 
+def did_you_mean(word: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f"did you mean {near[0]}?" if near else ""
+
+
+def _known_keys(key: str, overrides: list[str]) -> list[str]:
+    """The keys beside ``key`` (``protocol.lrr``: those of ``protocol``) in the config composed without it."""
+    parent = key.rpartition(".")[0]
+    others = [o for o in overrides if not f"{o.split('=', 1)[0].lstrip('+~')}.".startswith(f"{key}.")]
+    try:
+        cfg = compose_config(others)[0]
+    except Exception:
+        return []
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return [str(k) for k in node] if node is not None and hasattr(node, "keys") else []
+
+
+def explain_composition(error: Exception, overrides: list[str]) -> str:
+    """Hydra's first line, with a did-you-mean from the known keys or options when one is close."""
+    text = str(error).strip()
+    unreadable = _unparsable(overrides)
+    if unreadable is not None:
+        return (
+            f"{unreadable}: Hydra's override grammar cannot read this (characters such as é, 日, $, "
+            "parentheses or spaces need quotes: key='value'); quote the value or use letters, digits, "
+            "'-', '_' and '.'"
+        )
+    unreadable_file = unreadable_yaml() if "while " in text else None  # Hydra names no file
+    if unreadable_file is not None:
+        return unreadable_file
+    first = text.splitlines()[0]
+    hint = ""
+    missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
+    override = re.search(r"Could not override '([^']+)'", text)
+    nulled = [o.split("=", 1)[0] for o in overrides if re.fullmatch(r"[\w/]+=null", o)]
+    if "Got NoneType" in first and nulled:
+        hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
+    elif "submitit" in first:
+        hint = "the slurm launcher needs Hydra's submitit plugin: make slurm, or pip install -e '.[slurm]'"
+    elif missing:
+        options = re.findall(r"^\t(\S+)$", text.split("Config search path")[0], flags=re.M)
+        hint = did_you_mean(missing.group(2), options)
+    elif override:
+        key = override.group(1)
+        parent, _, leaf = key.rpartition(".")
+        found = did_you_mean(leaf, _known_keys(key, overrides))
+        hint = found.replace("mean ", f"mean {parent}.") if parent and found else found
+        head, _, rest = key.partition(".")
+        near = did_you_mean(head, _known_keys(head, overrides)) if not hint and rest else ""
+        if near and near != f"did you mean {head}?":
+            hint = near.replace("?", f".{rest}?")  # protocl.rounds: protocol.rounds?
+        elif near:  # a key of another option of the group: gossip_matrix.function is hook's
+            hint = _option_with(head, rest) or hint
+    return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
+
+
+def _option_with(group: str, key: str) -> str:
+    """``choose gossip_matrix=hook (it reads gossip_matrix.function)``: decpriv's options of ``group``
+    whose yaml declares ``key``, "" when none does."""
+    from importlib import resources
+
+    import yaml
+
+    folder = resources.files("decpriv.conf").joinpath(group)
+    options = []
+    for file in sorted(folder.iterdir(), key=lambda f: f.name) if folder.is_dir() else []:
+        node = yaml.safe_load(file.read_text()) if file.name.endswith(".yaml") else None
+        if isinstance(node, dict) and key in node:
+            options.append(file.name[:-5])
+    return f"choose {group}={' or '.join(options)} (it reads {group}.{key})" if options else ""
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot parse (an unquoted ``name=héllo``), None when all parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except Exception:  # Hydra's OverrideParseException and the grammar's own lexer errors
+            return override
+    return None
+
+
+def compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfig]:
+    """:func:`compose_job`, refusing Hydra's composition errors in one sentence, and a chosen option
+    whose ./conf yaml decpriv's own option of that name hides."""
+    try:
+        composed = compose_job(overrides)
+    except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
+        raise ConfigError(explain_composition(error, overrides)) from None
+    check_not_shadowed(composed[1])
+    return composed
+
+
 def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None = None) -> RunResult:
     """Run one experiment and load its tables.
 
@@ -72,16 +173,39 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     folder is ``out_dir`` when given, else a new ``runs/<date>/<time>`` (``-2``, ``-3`` ... when taken)."""
     from decpriv import experiment  # torch: imported by running, not by composing
 
-    cfg, choices = compose_config(overrides)
+    cfg, choices = compose_or_refuse(_one_job(overrides))[:2]
     prebuilt = experiment.precheck(cfg, choices)
-    from decpriv.report.run_folder import claim_folder
+    from decpriv.report.run_folder import claim_folder, claim_named_folder
 
     if out_dir is None:
         out = claim_folder(Path("runs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S"))
     else:
-        out = Path(out_dir)
+        try:
+            out = claim_named_folder(out_dir)  # a folder holds one run: the CLI's rule
+        except ConfigError as error:
+            raise bad_value(
+                "out_dir", str(out_dir), f"a run folder holds one run, and {error}", "give a new folder"
+            ) from None
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     (out / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
     experiment.run(cfg, out, choices, prebuilt=prebuilt)
     return load(out)
+
+
+def _one_job(overrides: object) -> list[str]:
+    """The overrides of one job as a list of strings: a single string (iterated letter by letter) and a
+    command-line flag (``-m``: the API runs one job) are refused in one sentence."""
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise bad_value(
+            "overrides", overrides, "is a list of strings, one override each", f"use run([{overrides!r}])"
+        )
+    flags = [o for o in overrides if o.startswith("-")]
+    if flags:
+        raise bad_value(
+            "overrides",
+            flags[0],
+            "is a command-line flag, and decpriv.api.run runs one job",
+            "call run() once per job, or sweep with decpriv run -m",
+        )
+    return list(overrides)

@@ -150,6 +150,24 @@ def check_choices(cfg: DictConfig, choices: dict[str, Any]) -> None:
             )
 
 
+def check_adversary_read(choices: dict[str, Any], overrides: list[str]) -> None:
+    """An adversary key set on the command line while the run has no adversary (``adversary=none``, as
+    ``attack=audit`` selects: it observes through the accountant) is refused: it would be recorded as if
+    it shaped the run."""
+    if choices.get("adversary") != "none":
+        return
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key.startswith("adversary."):
+            by = f"attack={choices['attack']} runs" if choices.get("attack") else "the run has"
+            raise bad_value(
+                key,
+                value,
+                f"{by} no adversary (adversary=none: every node honest), so no adversary key is read",
+                "drop it, or choose an attack that has an adversary",
+            )
+
+
 def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
     """A key set on the command line that the plugin's chosen mode never reads is refused: a plugin
     declares them with an ``unread(node) -> {key: why}`` attribute on its ``_target_``."""
@@ -165,6 +183,7 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 SAFE_NAME = re.compile(r"\w[\w.=,+-]*")  # letters of any script: name='héllo_wörld' is a folder name
+MAX_NAME = 100  # a run folder's name (date, time and name) stays well under the file systems' 255 bytes
 
 
 def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
@@ -181,6 +200,17 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
     if found:
         raise bad_value(found[0], found[1], found[2], "give a smaller, finite number")
     name = cfg.get("name")
+    if name == "":
+        raise bad_value(
+            "name", name, "an empty name adds nothing to the run folder's name", "give one or drop name="
+        )
+    if name is not None and len(str(name)) > MAX_NAME:
+        raise bad_value(
+            "name",
+            f"{str(name)[:20]}...",
+            f"the run folder's name takes at most {MAX_NAME} characters",
+            "shorten it",
+        )
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
         raise bad_value(
             "name",

@@ -25,9 +25,10 @@ def make_sweep(folder: Path, rows: list[dict], swept: tuple[str, ...] = ("topolo
     folder.mkdir(parents=True)
     task = "\n".join(f"    - {k}=x,y" for k in swept)
     (folder / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task:\n{task}\n")
-    for job in range(len(rows)):
+    for job, row in enumerate(rows):  # each job's own row: what the sweep's table is read from
         (folder / str(job)).mkdir()
         (folder / str(job) / "run.json").write_text(json.dumps({"status": "completed", "metrics": ["acc"]}))
+        pd.DataFrame([{"status": "completed", **row}]).to_csv(folder / str(job) / "summary.csv", index=False)
     # Job numbers differ between sweeps of different grids; the diff must pair rows on the swept keys.
     table = pd.DataFrame([{"job": j, "status": "completed", **r} for j, r in enumerate(rows)])
     table.to_csv(folder / "summary.csv", index=False)
@@ -50,7 +51,10 @@ def test_changed_metric_beyond_and_within_tolerance(tmp_path, capsys):
     changed = [dict(r) for r in ROWS]
     changed[2]["acc"] = 0.9009  # 0.1 % off
     a, b = make_sweep(tmp_path / "a", ROWS), make_sweep(tmp_path / "b", changed)
-    (found,) = diff_paths(a, b)
+    found, *jobs = diff_paths(a, b)  # the sweeps' rows, then each pair of jobs' tables
+    assert [j.name for j in jobs if not j.equal] == ["2/summary"] and jobs[2].changed.column.tolist() == [
+        "acc"
+    ]
     assert found.keys == ["topology", "seed"]
     assert found.changed[["topology", "seed", "column"]].values.tolist() == [["torus", 0, "acc"]]
     assert found.changed.rel_diff[0] == abs(0.9009 - 0.9) / 0.9009
@@ -80,7 +84,9 @@ def test_config_change_outside_the_grid_shows_on_every_row(tmp_path, capsys):
     code, out = cli(capsys, "diff", str(a), str(b), "--format", "markdown")
     lines = out.strip().splitlines()
     assert code == 1 and lines[0] == "| table | change | key | column | a | b | rel_diff |"
-    assert len(lines) == 2 + 4 and all("| changed |" in line and "protocol.lr" in line for line in lines[2:])
+    assert len(lines) == 2 + 4 + 4  # the sweeps' four rows, then each pair of jobs' own summary
+    assert all("| changed |" in line and "protocol.lr" in line for line in lines[2:])
+    assert [line.split("|")[1].strip() for line in lines[6:]] == [f"{j}/summary" for j in range(4)]
 
 
 def test_diff_leads_with_config_then_metrics_then_a_verdict(tmp_path):
@@ -94,11 +100,18 @@ def test_diff_leads_with_config_then_metrics_then_a_verdict(tmp_path):
     config, metrics = lines.index("config that differs (1)"), lines.index("metrics that differ (2)")
     assert config < metrics and "protocol.lr" in lines[config + 3]
     assert sum(line.split()[1:2] == ["acc"] for line in lines[metrics:]) == 2
-    assert lines[-1] == "differ: 1 config key, 2 metrics (acc 0.8 -> 0.85)"
+    verdict = " ".join(line.strip() for line in lines[-2:])  # each job's own table differs too
+    assert (
+        verdict
+        == "differ: 1 config key(s), 2 metric(s) (acc 0.8 -> 0.85), 3 other table(s) (rtol=1e-09 atol=0.0)"
+    )
+    assert lines[-5:-2] == [
+        f"{j}/summary.csv: 1 cell(s) differ in {c}" for j, c in enumerate(["acc", "protocol.lr", "acc"])
+    ]
     assert max(map(len, lines)) <= 80
     stream = io.StringIO()
     assert print_diff(a, b, 1e-9, 0.0, Console(file=stream, width=80), brief=True) == 1
-    assert stream.getvalue().splitlines() == lines[-1:]
+    assert stream.getvalue().splitlines() == lines[-2:]
 
 
 def test_diff_rows_of_missing_tables_and_bad_paths(tmp_path, capsys):

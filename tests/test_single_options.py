@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from decpriv.cli.composition import compose_or_refuse
+from decpriv.api import compose_or_refuse
 from decpriv.cli.precheck import check_job
 from decpriv.errors import ConfigError
 from tests.conftest import run_cli

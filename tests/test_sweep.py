@@ -170,13 +170,13 @@ def test_resume_skips_completed_jobs_with_the_same_digest(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "sw" / "summary.csv")
     assert list(table.seed) == [0, 1, 2] and (table.status == "completed").all()
     assert "resume" not in table.columns
-    changed = run_cli(
-        "run", "-m", "seed=0", *grid, "protocol.lr=0.2", "resume=true", cwd=tmp_path, check=True
-    )
-    assert "kept" not in changed.stdout  # another learning rate: another digest, so the job reruns
-    assert (tmp_path / "sw" / "0" / "run.json").read_bytes() != before["0"]
-    rerun = pd.read_csv(tmp_path / "sw" / "summary.csv")  # jobs 1, 2 of the earlier grid are not this sweep
-    assert list(rerun.job) == [0] and rerun["protocol.lr"][0] == 0.2
+    # another sweep into that folder (another learning rate, fewer seeds) is refused: it holds one sweep
+    for other in (["seed=0,1,2", "protocol.lr=0.2"], ["seed=0,1"], ["seed=1,0,2"]):
+        changed = run_cli("run", "-m", *other, *grid, "resume=true", cwd=tmp_path)
+        assert (
+            changed.returncode == 2 and "resume=true finishes the sweep this folder holds" in changed.stderr
+        )
+    assert all((tmp_path / "sw" / j / "run.json").read_bytes() == before[j] for j in before)
     code, _, err = _main(capsys, "run", "-m", "seed=0,1", "resume=true")
     assert code == 2 and "hydra.sweep.dir" in err
     assert _main(capsys, "run", "-m", "seed=0,1", "hydra.sweep.dir=sw", "resume=maybe")[0] == 2
@@ -232,7 +232,7 @@ LIST_SWEEP = [
 
 
 def test_sweep_plan_counts_the_sweeper_params_of_a_preset():
-    from decpriv.report.sweep import sweep_plan
+    from decpriv.report.grid import sweep_plan
 
     preset = {"adversary.nodes": "[0],[1],[2]", "seed": "range(10)"}  # as elmrini_fig5 sweeps them
     assert sweep_plan(["experiment=elmrini_fig5"], preset) == (30, ["adversary.nodes", "seed"])
@@ -246,7 +246,8 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     an experiment preset's ``hydra.sweeper.params`` (elmrini_fig5: 15 jobs once gave a 1-row summary)."""
     from omegaconf import OmegaConf
 
-    from decpriv.report.sweep import SweepSummary, swept_overrides
+    from decpriv.report.grid import swept_overrides
+    from decpriv.report.sweep import SweepSummary
 
     run_cli("run", "-m", *LIST_SWEEP, cwd=tmp_path, check=True)
     sweep = tmp_path / "sw"
@@ -281,13 +282,14 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     assert code == 0
     other = tmp_path / "other"
     shutil.copytree(sweep, other)  # a sweep folder (job folders with run.json), its summary edited below
-    changed = rebuilt.copy()
-    changed.loc[1, "median_psnr"] += 1.0
-    changed.to_csv(other / "summary.csv", index=False)
+    job = pd.read_csv(other / "1" / "summary.csv")  # the sweep's table is its jobs' (the ledger)
+    job.loc[0, "median_psnr"] += 1.0
+    job.to_csv(other / "1" / "summary.csv", index=False)
     code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(other))
     diff = pd.read_csv(io.StringIO(out))
-    assert code == 1 and list(diff.change) == ["changed"]
-    assert diff.key[0] == "adversary.nodes=[1]" and diff.column[0] == "median_psnr"
+    assert code == 1 and list(diff.change) == ["changed", "changed"]  # the sweep's row, the job's table
+    assert list(diff.table) == ["summary", "1/summary"] and set(diff.column) == {"median_psnr"}
+    assert diff.key[0] == "adversary.nodes=[1]"
 
 
 def test_aggregate_orders_list_valued_keys_by_number_and_averages_seeds():

@@ -23,14 +23,14 @@ def test_jobs_are_those_of_hydras_basic_sweeper(overrides):
     """Two independent expansions of one command line: decpriv's, and Hydra's own basic sweeper's."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # the reference, in the tests only
 
-    from decpriv.report.sweep import job_overrides
+    from decpriv.report.grid import job_overrides
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     assert job_overrides(parsed) == BasicSweeper.split_arguments(parsed, None)[0]
 
 
 def test_the_second_and_third_command_lines_by_hand():
-    from decpriv.report.sweep import expand
+    from decpriv.report.grid import expand
 
     assert expand(COMMAND_LINES[1]) == [
         ["~attack=null", "seed=5", f"adversary.nodes=[{node}]", "+extra=x"] for node in (0, 1)

@@ -37,8 +37,8 @@ class HydraJob:
     def __call__(self, cfg: DictConfig) -> None:
         # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
         from decpriv import experiment
+        from decpriv.report.ledger import keep_job, update_job
         from decpriv.report.resume import already_completed, take_resume
-        from decpriv.scheduler import stop_on_sigterm
 
         runtime = HydraConfig.get()
         out = Path(runtime.runtime.output_dir)
@@ -48,20 +48,21 @@ class HydraJob:
         resume = take_resume(cfg)
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
         if resume and already_completed(out, digest):
+            if multirun:
+                keep_job(Path(runtime.sweep.dir), runtime.job.num)
             if sys.stdout.isatty() or not multirun:
                 Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
             return
+        sweep = Path(runtime.sweep.dir) if multirun else None
+        if sweep is not None:
+            update_job(sweep, runtime.job.num, running=True)
         try:
-            with stop_on_sigterm():  # a job a scheduler cancels (scancel: SIGTERM in its own process)
-                experiment.run(
-                    cfg, out, choices, sys.stderr.isatty() and not multirun, self._prebuilt_of(cfg)
-                )
-        except Exception as error:
-            if not multirun:
-                exit_on(error, bool(cfg.get("debug")))
-            print_stderr(
-                f"[red]job {runtime.job.num} ({out}) failed:[/] {type(error).__name__}: {escape(str(error))}"
-            )
+            ended = self._run(cfg, out, choices, multirun)
+        finally:
+            if sweep is not None:
+                update_job(sweep, runtime.job.num)
+        if ended is not None:  # the job failed in a sweep: said on one line, the sweep goes on
+            print_stderr(f"[red]job {runtime.job.num} ({out}) failed:[/] {escape(ended)}")
             return
         from decpriv.report.show import print_headline, print_job_line
 
@@ -69,6 +70,34 @@ class HydraJob:
             print_headline(out, Console())
         else:  # one line per job, in a terminal or a log
             print_job_line(out, line, Console())
+
+    def _run(self, cfg: DictConfig, out: Path, choices: dict, multirun: bool) -> str | None:
+        """The pipeline into ``out``; its end said in the job's log. Returns None when it completed, else
+        the error of a sweep's job (a single run exits on it). A signal stops a single run or a sweep run
+        in this process (the basic launcher); a job in its own process (a scheduler's, a parallel
+        launcher's worker) ends on it like any failure, so its sweep goes on."""
+        from decpriv import experiment
+        from decpriv.report.ledger import is_sweep_process, job_log_line
+        from decpriv.report.run_folder import error_text
+        from decpriv.scheduler import stop_on_sigterm
+
+        try:
+            with stop_on_sigterm():  # a job a scheduler cancels (scancel: SIGTERM in its own process)
+                experiment.run(
+                    cfg, out, choices, sys.stderr.isatty() and not multirun, self._prebuilt_of(cfg)
+                )
+        except KeyboardInterrupt as stop:
+            job_log_line(out, f"ended: {ending(stop)}")
+            if not multirun or is_sweep_process(Path(HydraConfig.get().sweep.dir)):
+                raise
+            return error_text(stop)
+        except Exception as error:
+            job_log_line(out, f"ended: failed: {error_text(error)}")
+            if not multirun:
+                exit_on(error, bool(cfg.get("debug")))
+            return error_text(error)
+        job_log_line(out, "ended: completed")
+        return None
 
     def _prebuilt_of(self, cfg: DictConfig) -> Any:
         """The kept build when it was made from this very config (then dropped), else None."""
@@ -89,3 +118,16 @@ def exit_on(error: BaseException, debug: bool) -> None:
         f"[bold red]run failed:[/] {type(error).__name__}: {escape(str(error))} (debug=true shows the traceback)"
     )
     sys.exit(1)
+
+
+def ending(stop: KeyboardInterrupt) -> str:
+    """How a signal ended a run, for its log: ``interrupted: SIGTERM (a scheduler's cancel or time limit,
+    or kill)``."""
+    from decpriv.scheduler import stopping_signal
+
+    name = stopping_signal(stop)
+    why = {
+        "SIGTERM": "scancel, a scheduler's time limit, the sweep's cancellation or kill",
+        "SIGINT": "Ctrl-C, or the sweep's cancellation",
+    }
+    return f"interrupted: {name} ({why.get(name, 'a signal')})"

@@ -9,7 +9,8 @@ from decpriv.errors import ConfigError, bad_value
 
 def _named_folder(overrides: list[str], key: str) -> str | None:
     """The folder the command line names (``hydra.run.dir=out``), None when it names none."""
-    given = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), None)
+    named = (o.split("=", 1)[1] for o in reversed(overrides) if o.lstrip("+").startswith(f"{key}="))
+    given = next(named, None)  # hydra.run.dir=X, +hydra.run.dir=X or ++hydra.run.dir=X
     if given is not None and not given.strip("'\" "):
         raise bad_value(
             key,
@@ -32,6 +33,8 @@ def claim_output_folder(
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = _named_folder(overrides, key)
     path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
+    if given is not None and resuming:
+        check_resumable(path, multirun, overrides, hydra_cfg)
     try:
         if given is not None and resuming:
             path.mkdir(parents=True, exist_ok=True)  # resume: the earlier run's folder, by design
@@ -54,3 +57,58 @@ def claim_output_folder(
             f"the output folder cannot be created ({error.strerror or error})",
             f"run from a writable folder or set {key}=A_WRITABLE_FOLDER",
         ) from None
+
+
+def check_resumable(path: Path, multirun: bool, overrides: list[str], hydra_cfg: DictConfig) -> None:
+    """``resume=true`` finishes the run or sweep a folder holds, never another: a sweep resumes into a
+    sweep's folder with the same jobs (more may be appended), a run into a run's folder."""
+    from decpriv.report.run_folder import CLAIM
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not path.is_dir() or {p.name for p in path.iterdir()} <= {CLAIM}:
+        return
+    holds_run = (path / "run.json").is_file()
+    holds_sweep = (path / "multirun.yaml").is_file() or (path / "ledger.json").is_file()
+    if multirun and holds_run or not multirun and holds_sweep:
+        what, wanted, fix = (
+            ("a single run", "a sweep", "without -m") if multirun else ("a sweep", "a run", "with -m")
+        )
+        raise bad_value(
+            key,
+            str(path),
+            f"resume=true finishes what a folder holds, and it holds {what}, not {wanted}",
+            f"choose a new folder, or resume it {fix}",
+        )
+    if not holds_run and not holds_sweep:
+        raise bad_value(
+            key,
+            str(path),
+            "resume=true finishes a run or sweep, and this folder holds neither",
+            "choose a new folder",
+        )
+    if multirun:
+        _check_same_jobs(path, overrides, hydra_cfg)
+
+
+def _check_same_jobs(sweep: Path, overrides: list[str], hydra_cfg: DictConfig) -> None:
+    """The resumed sweep's jobs are the earlier sweep's (compared job by job, Hydra's settings aside),
+    with new jobs only after them: a job number never changes what it ran."""
+    from decpriv.report.grid import comparable, earlier_jobs, expand, sweeper_params, with_params
+    from decpriv.report.ledger import read_ledger
+
+    before = (read_ledger(sweep) or {}).get("jobs") or earlier_jobs(sweep)
+    now = [comparable(job) for job in expand(with_params(overrides, sweeper_params(hydra_cfg)))]
+    changed = next(
+        (n for n, job in enumerate(before) if n >= len(now) or sorted(job) != sorted(now[n])), None
+    )
+    if changed is None:
+        return
+    ran = " ".join(before[changed])
+    would = f"would run {' '.join(now[changed])}" if changed < len(now) else "is not in this command"
+    raise bad_value(
+        "hydra.sweep.dir",
+        str(sweep),
+        f"resume=true finishes the sweep this folder holds, and its job {changed} ran {ran} but {would}",
+        "repeat that sweep's command line with resume=true (new values may only add jobs at its end), "
+        "or choose a new folder",
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv.cli.composition import compose_or_refuse
+from decpriv.api import compose_or_refuse, explain_composition
 from decpriv.errors import ConfigError, bad_value
 
 
@@ -46,7 +46,7 @@ def check_job(
 ) -> Any:
     """One job's whole build, no training. Returns the build kept for the run (``keep``), else the job's
     config digest when it resumes (its folder is then read to decide whether it must run), else None."""
-    from decpriv.validation import check_choices, check_unread, validate
+    from decpriv.validation import check_adversary_read, check_choices, check_unread, validate
 
     validate(cfg, recorded_only=True)  # a bad value refused before torch loads (decpriv/declarations.py)
     check_choices(cfg, choices)
@@ -58,6 +58,7 @@ def check_job(
         check_fixed_folder(overrides, multirun)
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
     check_unread(cfg, overrides)
+    check_adversary_read(choices, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest
 
@@ -109,14 +110,14 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
 def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     if not multirun:
         return [overrides]
-    from decpriv.report.sweep import expand
+    from decpriv.report.grid import expand
 
     try:
         return expand(overrides)
     except ConfigError:
         raise
     except Exception as error:  # Hydra's override grammar
-        raise ConfigError(str(error).strip().splitlines()[0]) from None
+        raise ConfigError(explain_composition(error, overrides)) from None
 
 
 def precheck(overrides: list[str], multirun: bool) -> Plan:
@@ -125,13 +126,15 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
     cfg, choices, hydra = compose_or_refuse(jobs[0])
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
     if multirun:
-        from decpriv.report.sweep import sweep_plan, sweeper_params  # pandas: not for a single run's refusal
+        from decpriv.report.grid import sweep_plan, sweeper_params, with_params
 
         check_launcher(hydra.launcher)
         check_sweeper(hydra.sweeper)
-        params = sweeper_params(hydra)  # a preset's own sweep is counted, not prechecked
+        params = sweeper_params(hydra)  # a preset's own sweep is counted, its first job composed
         plan.count, plan.swept = sweep_plan(overrides, params)
         plan.every_job_checked = not params
+        if params:  # a key the preset misspelt: one sentence now, not Hydra's six lines once it runs
+            compose_or_refuse(_jobs_of(with_params(overrides, params), True)[0])
     if len(jobs) > 1 and str(hydra.launcher.get("_target_", "")).endswith(".JoblibLauncher"):
         plan.digests = _check_in_workers(jobs, overrides, hydra.launcher)
     elif not multirun:

@@ -8,7 +8,7 @@ from decpriv.errors import ConfigError, bad_value
 
 
 def list_command(ns: argparse.Namespace, console: Console) -> int:
-    from decpriv.cli.composition import did_you_mean
+    from decpriv.api import did_you_mean
     from decpriv.report.show import config_options, print_groups
 
     groups = sorted({group for group, _, _ in config_options()})

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from decpriv.cli.precheck import Plan
 from decpriv.errors import ConfigError
@@ -33,7 +34,9 @@ def hydra_command_line(args: list[str]) -> Iterator[None]:
 
 def stop_exit_status(stop: KeyboardInterrupt) -> tuple[str, int]:
     """The signal that stopped the run (SIGINT unless named) and the shell's exit status for it."""
-    name = stop.args[0] if stop.args and isinstance(stop.args[0], str) else "SIGINT"
+    from decpriv.scheduler import stopping_signal
+
+    name = stopping_signal(stop)
     return name, 128 + int(getattr(signal, name, signal.SIGINT))
 
 
@@ -59,34 +62,73 @@ def _run_hydra(args: list[str], prebuilt: object) -> None:
         job()
 
 
-def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
-    """The sweep's folder and failed jobs, from the summary.csv its callback wrote: 1 when any failed."""
-    from decpriv.report.resume import kept_before
-    from decpriv.report.run_folder import read_table
+def _ledger_table(sweep: Path, count: int):
+    """The sweep's table as its ledger has it (a sweep of another sweeper: its folders'), None without."""
+    from decpriv.report.ledger import read_ledger
+    from decpriv.report.sweep import write_summary
 
-    if not (sweep / "summary.csv").is_file():
+    if read_ledger(sweep) is None:
+        return write_summary(sweep, count) if sweep.is_dir() else None
+    from decpriv.report.sweep import collect
+
+    return collect(sweep)
+
+
+def _not_completed(sweep: Path, table) -> str:
+    """``2 of 4 jobs did not complete: job 1 (seed=1) cancelled, job 3 (seed=3) never started``."""
+    from decpriv.report.ledger import read_ledger, unfinished
+
+    jobs = unfinished(table, read_ledger(sweep))
+    shown = ", ".join(jobs[:8]) + (f" and {len(jobs) - 8} more" if len(jobs) > 8 else "")
+    return f"{len(jobs)} of {len(table)} jobs did not complete: {shown}"
+
+
+def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
+    """The sweep's folder and the jobs that did not complete, from its ledger: 1 when any did not."""
+    from decpriv.report.resume import kept_before
+
+    table = _ledger_table(sweep, plan.count)
+    if table is None or table.empty:
         return 0
-    table = read_table(sweep / "summary.csv")
     kept = kept_before(sweep, began, plan.count)
     note = f" ({kept} job(s) kept from earlier runs: resume=true)" if kept else ""
     console.print(f"sweep folder: [bold]{sweep}[/]{note}", highlight=False)
-    failed = int((table["status"] != "completed").sum())
-    if failed:
-        print_stderr(f"[red]{failed} job(s) failed[/] (see the sweep's summary.csv)")
+    if (table["status"] != "completed").any():
+        print_stderr(
+            f"[red]{escape(_not_completed(sweep, table))}[/] (summary.csv, decpriv show {sweep}); "
+            f"resume=true reruns them."
+        )
         return 1
     return 0
 
 
 def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, count: int) -> int:
-    """An interrupted sweep still gets its summary.csv: finished jobs, and the one that was stopped."""
+    """A stopped run says so; a stopped sweep names the jobs it did not complete (its ledger has them)."""
     name, status = stop_exit_status(stop)
-    if multirun and folder is not None:
-        from decpriv.report.sweep import write_summary
-
-        write_summary(folder, count)
-    where = f" in {folder}" if folder else ""
-    print_stderr(f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.")
+    if not multirun or folder is None:
+        where = f" in {folder}" if folder else ""
+        print_stderr(f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.")
+        return status
+    table = _ledger_table(folder, count)
+    said = _not_completed(folder, table) if table is not None and not table.empty else "no job ran"
+    print_stderr(
+        f"[bold red]interrupted[/] by {name}: the sweep in {folder} stopped; {escape(said)}; "
+        "resume=true reruns them."
+    )
     return status
+
+
+def _note_unswept(plan: Plan) -> None:
+    """A preset that declares a sweep (``hydra.sweeper.params``), run without -m: said in one line."""
+    from decpriv.report.grid import sweep_plan, sweeper_params
+
+    params = sweeper_params(plan.hydra)
+    if params:
+        count, keys = sweep_plan([], params)
+        print_stderr(
+            f"note: this config declares a sweep of {count} jobs over {', '.join(keys)} "
+            "(hydra.sweeper.params); without -m it runs once, with none of those values; add -m to sweep."
+        )
 
 
 def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
@@ -116,6 +158,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     except ConfigError as error:
         print_error(str(error))
         return 2
+    if not multirun:
+        _note_unswept(plan)
     began = datetime.now().replace(microsecond=0)
     try:
         _run_hydra([*args, *added], plan.prebuilt)

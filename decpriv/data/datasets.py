@@ -8,6 +8,10 @@ Images are kept in [0, 1] with shape (C, H, W) so that reconstructions are score
 """
 
 import os
+import pickle
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -148,6 +152,33 @@ def data_folder(root: str | None, name: str, key: str = "data.root") -> Path:
     return path
 
 
+@contextmanager
+def _kept_only_when_read(path: Path) -> Iterator[None]:
+    """The folders of ``path`` that do not exist yet are removed again (when empty) if reading the data
+    set fails: a refused ``data.root=/nonexistent`` leaves no folder tree behind."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        if missing:  # the folder was made for this read (with what a failed download left): all of it
+            shutil.rmtree(missing[0], ignore_errors=True)
+        for folder in missing[1:]:  # then its new parents, deepest first
+            with suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def unreadable_error(name: str, path: Path, error: Exception, key: str = "data.root") -> Exception:
+    """The one sentence for data set files that are there but are not the data set's."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return bad_value(
+        key,
+        str(path),
+        f"the {name} files there do not read as {name} ({type(error).__name__}: {reason[:120]})",
+        "delete them to download them again, or put the right files there",
+    )
+
+
 def offline_error(name: str, path: Path, error: Exception, by_hand: str, key: str = "data.root") -> Exception:
     """The one sentence for a data set that is not there and could not be downloaded."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -166,14 +197,18 @@ def _torchvision(cls_name: str, root: str | None, seeds: Seeds, name: str, num_c
 
     import torchvision
 
-    path = data_folder(root, name)
+    path = Path(root).expanduser() if root else cache_folder(name)
     cls = getattr(torchvision.datasets, cls_name)
-    try:
-        train = cls(str(path), train=True, download=True)
-        test = cls(str(path), train=False, download=True)
-    except (RuntimeError, URLError, OSError) as error:
-        files = f"torchvision's {cls_name} files (as torchvision.datasets.{cls_name}(root, download=True) lays them out)"
-        raise offline_error(name, path, error, files) from None
+    with _kept_only_when_read(path):
+        path = data_folder(root, name)
+        try:
+            train = cls(str(path), train=True, download=True)
+            test = cls(str(path), train=False, download=True)
+        except (RuntimeError, URLError, OSError) as error:
+            files = f"torchvision's {cls_name} files (as torchvision.datasets.{cls_name}(root, download=True) lays them out)"
+            raise offline_error(name, path, error, files) from None
+        except (AssertionError, ValueError, EOFError, pickle.UnpicklingError) as error:  # files not the set's
+            raise unreadable_error(name, path, error) from None
 
     def tensors(ds):
         x = torch.as_tensor(np.asarray(ds.data), dtype=torch.float32) / 255.0
@@ -235,16 +270,21 @@ def libsvm(
     Downloaded on first use from ``url`` (the LibSVM binary data sets page, or a mirror of it)."""
     from sklearn.datasets import load_svmlight_file
 
-    path = data_folder(root, "libsvm")
-    _fetched(path, [f for f in (file, test_file) if f], url, file)
-    train_path = path / file
-    x, y = load_svmlight_file(str(train_path), n_features=features)
+    where = Path(root).expanduser() if root else cache_folder("libsvm")
+    with _kept_only_when_read(where):
+        path = data_folder(root, "libsvm")
+        _fetched(path, [f for f in (file, test_file) if f], url, file)
+    try:
+        x, y = load_svmlight_file(str(path / file), n_features=features)
+        test = load_svmlight_file(str(path / test_file), n_features=features) if test_file else None
+    except ValueError as error:  # a file there that is not LibSVM text
+        raise unreadable_error(file, path, error) from None
     labels = np.unique(y)
     to_int = {v: i for i, v in enumerate(labels)}
     x = np.asarray(x.todense(), dtype=np.float32)
     y = np.array([to_int[v] for v in y], dtype=np.int64)
-    if test_file and (path / test_file).is_file():
-        xt, yt = load_svmlight_file(str(path / test_file), n_features=features)
+    if test is not None:
+        xt, yt = test
         xt = torch.as_tensor(np.asarray(xt.todense(), dtype=np.float32))
         yt = torch.as_tensor(np.array([to_int[v] for v in yt], dtype=np.int64))
         return Dataset(file, torch.as_tensor(x), torch.as_tensor(y), xt, yt, num_classes=len(labels))

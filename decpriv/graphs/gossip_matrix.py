@@ -5,6 +5,8 @@ Selected by the ``gossip_matrix`` config group; ``gossip_matrix=hook gossip_matr
 plugs in a user's ``fn(graph) -> scipy.sparse``, whose result :func:`check_gossip_matrix` verifies.
 """
 
+import inspect
+
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
@@ -76,7 +78,26 @@ def hook(graph: nx.Graph, function: str | None = None) -> sp.csr_array:
             "no such importable function",
             "give the dotted path of f(graph) -> matrix on the Python path",
         ) from None
-    return sp.csr_array(weights(graph), dtype=np.float64)
+    try:
+        inspect.signature(weights).bind(graph)
+    except TypeError:  # called with the graph alone (a builtin without a signature is tried as it is)
+        raise bad_value(
+            "gossip_matrix.function",
+            function,
+            "the function is called with the graph alone and does not take it",
+            "give f(graph) -> (n, n) stochastic matrix",
+        ) from None
+    except ValueError:
+        pass
+    try:
+        return sp.csr_array(weights(graph), dtype=np.float64)
+    except (TypeError, ValueError) as error:  # what it returned is no matrix
+        raise bad_value(
+            "gossip_matrix.function",
+            function,
+            f"its result is not an (n, n) matrix ({type(error).__name__}: {str(error)[:80]})",
+            "return an (n, n) array or scipy sparse matrix of weights",
+        ) from None
 
 
 def check_gossip_matrix(W: sp.sparray, graph: nx.Graph, tol: float = 1e-9) -> None:

@@ -28,6 +28,17 @@ def _needs_images(name: str, input_shape: tuple[int, ...]) -> None:
         )
 
 
+def _classifier(name: str, num_classes: int) -> None:
+    """A classifier needs classes: regression data (least_squares, num_classes 0) is refused naming the fix."""
+    if num_classes < 2:
+        raise bad_value(
+            "model",
+            name,
+            f"this model classifies, and the data has {num_classes} classes (a regression task)",
+            "use model=linear_regression for regression data, or classification data (data=digits)",
+        )
+
+
 def logistic(
     input_shape: tuple[int, ...],
     num_classes: int,
@@ -55,6 +66,7 @@ def softmax(
     init_value: float | None = None,
 ) -> FunctionalModel:
     """Multinomial logistic (softmax) regression."""
+    _classifier("softmax", num_classes)
     module = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
     return FunctionalModel(module, "cross_entropy", reduction, init_value)
 
@@ -80,6 +92,7 @@ def mlp(
     init_value: float | None = None,
 ) -> FunctionalModel:
     """Fully connected network (Yu 2023's 2-layer perceptron has hidden=(100,), ReLU)."""
+    _classifier("mlp", num_classes)
     act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
     layers: list[nn.Module] = [nn.Flatten()]
     width = math.prod(input_shape)
@@ -102,6 +115,7 @@ def cnn(
     """LeNet-style CNN for 8x8, 28x28 or 32x32 inputs: conv(5x5, same) + activation (+2x2 pool when the
     side allows), then a hidden linear layer. Sigmoid by default: smooth, so gradient inversion works
     (Zhu et al.'s DLG LeNet uses sigmoid)."""
+    _classifier("cnn", num_classes)
     _needs_images("cnn", input_shape)
     act = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}[activation]
     c, side = input_shape[0], input_shape[-1]
@@ -149,6 +163,7 @@ def resnet20(
     GroupNorm replaces BatchNorm so the model has no running statistics: vmap over nodes stays exact and
     every state a node holds is exchanged.
     """
+    _classifier("resnet20", num_classes)
     _needs_images("resnet20", input_shape)
     layers: list[nn.Module] = [
         nn.Conv2d(input_shape[0], width, 3, 1, 1, bias=False),

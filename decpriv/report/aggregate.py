@@ -12,8 +12,10 @@ import pandas as pd
 
 from decpriv.report import headline
 from decpriv.report.diff import sweep_keys
+from decpriv.report.grid import swept_overrides
+from decpriv.report.ledger import job_folders
 from decpriv.report.run_folder import read_status
-from decpriv.report.sweep import collect, job_folders, swept_overrides
+from decpriv.report.sweep import collect
 
 SEED = "seed"
 

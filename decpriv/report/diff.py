@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
+from decpriv.report.grid import swept_overrides
+from decpriv.report.ledger import has_plan, job_folders, job_row
 from decpriv.report.run_folder import read_status, read_table
-from decpriv.report.sweep import collect, job_folders, job_row, swept_overrides
+from decpriv.report.sweep import collect
 
 # Key columns of tables that declare none (report.findings.keyed declares them; run.json keeps them).
 ROW_KEYS = (
@@ -135,7 +137,10 @@ def compare_tables(
 def _tables(target: Path) -> dict[str, pd.DataFrame]:
     if target.is_file():
         return {target.stem: read_table(target)}
-    return {f.stem: read_table(f) for f in sorted(target.glob("*.csv"))}
+    tables = {f.stem: read_table(f) for f in sorted(target.glob("*.csv"))}
+    if has_plan(target):  # a sweep's table as its ledger and job folders have it now
+        tables["summary"] = collect(target)
+    return tables
 
 
 def _comparable(target: Path) -> None:
@@ -164,6 +169,14 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
         if not target.exists():
             raise FileNotFoundError(f"{target}: no such run folder or CSV file")
         _comparable(target)
+    if a.is_file() != b.is_file():
+        table, folder = (a, b) if a.is_file() else (b, a)
+        raise bad_value(
+            "diff",
+            f"{a} {b}",
+            f"{table} is one CSV table and {folder} a folder, which have nothing to pair",
+            f"compare two tables ({table} OTHER/{table.name}) or two folders",
+        )
     diffs = _diff_folders(a, b, rtol, atol)
     if _is_sweep(a) and _is_sweep(b):
         keys = _aligning_keys(a, b, collect(a), collect(b), diffs[0].metrics if diffs else set())

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from decpriv.errors import ConfigError
 from decpriv.report import headline
 from decpriv.report.aggregate import (
     SEED,
@@ -108,6 +109,16 @@ def constants_fact(sweep: Sweep) -> list[str]:
 
 def run_document(path: Path) -> Document:
     meta = read_status(path)
+    if meta.get("status") == "running":  # its tables are written at its end
+        raise ConfigError(
+            f"{path}: the run is still running (process {meta.get('pid')} on {meta.get('host')}) and writes "
+            "its tables when it ends; report it then"
+        )
+    if not (path / "summary.csv").is_file():
+        raise ConfigError(
+            f"{path}: the run is {meta.get('status')} ({meta.get('error') or 'no error recorded'}) and wrote "
+            "no summary.csv; rerun it (with hydra.run.dir and resume=true to reuse the folder)"
+        )
     summary = read_table(path / "summary.csv").iloc[0]
     metrics = [m for m in meta.get("metrics", []) if m in summary]
     values = [summary[m] for m in metrics]

@@ -30,7 +30,7 @@ def take_resume(cfg: DictConfig) -> bool:
 def check_fixed_folder(overrides: list[str], multirun: bool) -> None:
     """Resuming needs the folder of the earlier run: a timestamped default never exists twice."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if not any(o.startswith(f"{key}=") for o in overrides):
+    if not any(o.lstrip("+").startswith(f"{key}=") for o in overrides):
         raise bad_value(
             KEY, True, f"needs the folder of the run to resume, and {key} is not set", f"add {key}=FOLDER"
         )

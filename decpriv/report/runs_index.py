@@ -37,6 +37,13 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise bad_value("filter", pair, "is not key=value", "write e.g. topology=ring status=completed")
+        if key in filters and filters[key] != value:  # filters all hold at once: no run has two seeds
+            raise bad_value(
+                key,
+                value,
+                f"{key} is filtered twice ({key}={filters[key]} too), and a run has one {key}",
+                "give one",
+            )
         filters[key] = value
     return filters
 

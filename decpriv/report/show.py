@@ -17,7 +17,9 @@ from decpriv.errors import ConfigError
 from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
+from decpriv.report.sweep import collect
 from decpriv.report.text import fmt, markdown_table, print_frame, without_details
 from decpriv.stderr import print_error
 
@@ -296,7 +298,8 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     sweep = False
     for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
-        frame = read_table(file)
+        ledger = file.stem == "summary" and has_plan(run)
+        frame = collect(run) if ledger else read_table(file)  # a sweep: its ledger, read now
         title = f"{file.name} ({len(frame)} rows)"
         if file.stem == "summary" and len(frame) == 1 and "job" not in frame:
             summary = frame.iloc[0]
@@ -393,6 +396,8 @@ def _summary_parts(d, first: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The summary's changed cells split in two tables: config keys and metrics (headline first), each
     ``[job key,] name, A, B`` (metrics with their relative difference)."""
     changed = d.changed.copy()
+    if changed.empty:  # nothing paired (a live run has no summary yet): no columns to split either
+        changed = pd.DataFrame(columns=[*d.keys, "column", "a", "b", "rel_diff"])
     keyed = d.keys != ["row"]
     if keyed:
         changed.insert(0, "jobs", [";".join(f"{k}={r[k]}" for k in d.keys) for _, r in changed.iterrows()])

@@ -1,10 +1,13 @@
 """Hydra's submitit launchers (Slurm, or submitit's local executor), whose sweep cancels its jobs when it is
 stopped: the checked sweeper launches through these in place of the plugin's own two classes.
 
-Hydra's submitit launcher submits the jobs, then waits for their results; stopped while it waits (Ctrl-C,
-or SIGTERM, which ``decpriv run`` turns into KeyboardInterrupt) it leaves the jobs running as orphans.
-Here the submitted jobs are cancelled, and the sweep waits for them to mark themselves interrupted in
-their run.json (``decpriv.scheduler.cancel_jobs``). The rest is the plugin's own ``launch``.
+Hydra's submitit launcher submits the jobs, then waits for their results in order: one job cancelled
+(``scancel``) or lost raises in the sweep's process and stops it, leaving the other jobs running with no
+sweep; stopped while it waits (Ctrl-C, or SIGTERM, which ``decpriv run`` turns into KeyboardInterrupt) it
+leaves the jobs running as orphans. Here each job is awaited on its own and one that ends without a
+result is recorded in the sweep's ledger (``decpriv.scheduler.wait_for``); when the sweep is stopped the
+submitted jobs are cancelled and the sweep waits for them to mark themselves interrupted in their run.json
+(``decpriv.scheduler.cancel_jobs``). The rest is the plugin's own ``launch``.
 """
 
 import os
@@ -45,7 +48,7 @@ class CancelOnStop:
         return executor
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from decpriv.scheduler import cancel_jobs
+        from decpriv.scheduler import cancel_jobs, wait_for
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -61,7 +64,7 @@ class CancelOnStop:
         )
         jobs = self._executor().map_array(self, *columns)
         try:
-            return [job.results()[0] for job in jobs]
+            return wait_for(jobs, list(numbers), columns[0], sweep_dir)  # a cancelled job: recorded
         except KeyboardInterrupt:
             cancel_jobs(jobs)  # a scheduler's jobs stop with their sweep, and say so
             raise

@@ -10,6 +10,8 @@ launched job's config carries the sweep's job count and swept keys (``hydra.swee
 """
 
 import copy
+import io
+from contextlib import redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -94,7 +97,12 @@ class CheckedSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> list[Any]:
-        from decpriv.report.sweep import job_overrides, swept_keys, with_params
+        """Launch the jobs block by block into the sweep's ledger (``decpriv.report.ledger``): a job that
+        fails, or that its launcher loses, is recorded and the other jobs go on; a stopped sweep records
+        that it was stopped (the launcher cancels its jobs) and is stopped."""
+        from decpriv.report.grid import job_overrides, swept_keys, with_params
+        from decpriv.report.ledger import close_ledger, open_ledger
+        from decpriv.scheduler import folded_scheduler_warnings, stopping_signal
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -104,13 +112,38 @@ class CheckedSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        launcher = str(self.config.hydra.launcher.get("_target_"))
+        open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
         returns = []
-        for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
-            batch = [[*jobs[num], *facts] for num in block]
-            if not self.prechecked:
-                self.validate_batch_is_legal(batch)  # Hydra's composition check of each job
-            results = self.launcher.launch(batch, initial_job_idx=block.start)
-            for result in results:
-                _ = result.return_value  # a job whose task raised stops the sweep, as in Hydra's sweeper
-            returns.append(results)
+        try:
+            with folded_scheduler_warnings(sweep_dir):
+                for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
+                    returns.append(self._launch(sweep_dir, block, [[*jobs[num], *facts] for num in block]))
+        except KeyboardInterrupt as stop:
+            close_ledger(sweep_dir, stopped_by=stopping_signal(stop))
+            raise
+        close_ledger(sweep_dir)
         return returns
+
+    def _launch(self, sweep_dir: Path, block: range, batch: list[list[str]]) -> list[Any]:
+        """One block of jobs; what the launcher reports as failed (or the whole block, when the launcher
+        itself fails: a joblib worker killed) is recorded in the ledger, and the sweep goes on."""
+        from decpriv.report.ledger import record_end
+        from decpriv.report.run_folder import error_text
+
+        if not self.prechecked:
+            self.validate_batch_is_legal(batch)  # Hydra's composition check of each job
+        try:
+            results = self.launcher.launch(batch, initial_job_idx=block.start)
+        except Exception as error:  # the launcher lost the block: each job not ended is marked failed
+            for num in block:
+                record_end(sweep_dir, num, "failed", f"the launcher failed: {error_text(error)}")
+            return []
+        for num, result in zip(block, results, strict=False):
+            if result.status == JobStatus.FAILED:
+                with redirect_stderr(io.StringIO()):  # Hydra's return_value prints before it raises
+                    try:
+                        _ = result.return_value
+                    except Exception as error:
+                        record_end(sweep_dir, num, "failed", error_text(error))
+        return list(results)

@@ -76,11 +76,11 @@ def require_neighbours(network: Network, attackers: np.ndarray) -> None:
             "use adversary=curious or set adversary.count >= 1",
         )
     if not victims_of_nodes(network, attackers).size:
-        raise bad_value(
-            "adversary.count",
-            int(attackers.size),
-            f"no honest node neighbours the corrupt ones on {network.n} nodes, so there is no victim",
-            f"use fewer corrupt nodes (adversary.count <= {network.n - 1})",
+        raise bad_value(  # named by count or by nodes: the attack sees the corrupt nodes, not the keys
+            "adversary",
+            f"{attackers.size} corrupt nodes of {network.n}",
+            "no honest node neighbours the corrupt ones, so there is no victim",
+            f"corrupt fewer nodes (adversary.count <= {network.n - 1}, or fewer adversary.nodes)",
         )
     lonely = attackers[network.degrees[attackers] == 0]
     if lonely.size:
