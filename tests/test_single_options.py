@@ -7,11 +7,11 @@ training) against the short list of refusals below; the slow one runs each chang
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from decpriv.api import compose_or_refuse
 from decpriv.cli.precheck import check_job
 from decpriv.errors import ConfigError
-from tests.conftest import run_cli
 
 CONF = Path(__file__).parents[1] / "decpriv" / "conf"
 GROUPS = ("topology", "gossip_matrix", "data", "partition", "model", "protocol", "defense", "adversary")
