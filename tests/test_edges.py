@@ -35,7 +35,7 @@ REFUSED = [
     (["protocol.lr=1e308", "~attack"], "protocol.lr=1e+308", "32-bit"),
     (["seed=99999999999999999999", "~attack"], "seed=99999999999999999999", "64 bits"),
     (["adversary=server", "attack=mia"], "adversary.count=0", "adversary=server owns no node"),
-    (["topology.n=16", "adversary.count=16"], "adversary.count=16", "no victim"),
+    (["topology.n=16", "adversary.count=16"], "adversary.count <= 15", "no victim"),
     (["model=cnn", "data=breast_cancer", "~attack"], "model='cnn'", "images"),
     (["model=logistic", "data=digits", "~attack"], "model='logistic'", "two classes"),
     (["data.test_fraction=1.5", "~attack"], "data.test_fraction=1.5", "[0, 1)"),

@@ -166,6 +166,8 @@ def _values(overrides: list[str]) -> dict[str, Any]:
     """``seed=1`` -> ``{"seed": 1}``: the job's values as summary.csv columns."""
     found = {}
     for key, _, value in (o.partition("=") for o in overrides):
+        if key.lstrip("+~") == "claim":  # the paper's words, not a setting (as experiment.flatten_config)
+            continue
         with suppress(yaml.YAMLError):
             found[key.lstrip("+~")] = yaml.safe_load(value)
     return found
