@@ -26,6 +26,7 @@ from decpriv.attacks.knowledge.modular import (
     primes,
     rref_mod,
 )
+from decpriv.errors import ConfigError
 
 
 def er(n: int, seed: int) -> nx.Graph:
@@ -130,3 +131,11 @@ def test_rank_deficient_system_falls_back_to_the_dense_path():
     assert scaled.numerics["decided_by"] == dense.numerics["decided_by"] in ("float64", "modular")
     assert "certified_steps" not in scaled.numerics  # no prime certified a leading horizon
     np.testing.assert_array_equal(np.flatnonzero(scaled.reconstructible), [0, 1])  # hub and attacker
+
+
+def test_a_dense_decision_past_its_bound_is_refused_before_allocating():
+    """The same star past a (lowered) bound: one sentence naming topology.n, its cost and the fix, instead
+    of three n x n arrays (at n = 20000 the unbounded run took 5.5 GB in 24 s and kept growing)."""
+    W = mh(nx.star_graph(6))
+    with pytest.raises(ConfigError, match=r"topology.n=7: .* GB and .* operations; use topology.n <= 5"):
+        float_knowledge(W, np.array([1]), 4, dense_limit=0, dense_max=5)

@@ -39,6 +39,7 @@ from decpriv.report.progress import updates
 
 MARGIN = 1e3  # how far from a threshold a float64 decision must lie to be taken without a certificate
 DENSE_LIMIT = 2000  # above this many nodes the certified full-rank test runs before the dense float64 one
+DENSE_MAX = 12000  # the dense decision's four n x n float64 arrays: 4.6 GB and ~2e12 operations here
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,12 +194,13 @@ def float_knowledge(
     tol: float = 1e-6,
     certified: bool = True,
     dense_limit: int = DENSE_LIMIT,
+    dense_max: int = DENSE_MAX,
 ) -> Knowledge:
     """Reconstructibility alone (no values): the benchmark's "build K_T and decide" (``certified``: hand
     ambiguous margins to the modular certificate and, above ``dense_limit`` nodes, try the certified
     full-rank test first, as the attack does)."""
     blocks = ((K_t, np.zeros((K_t.shape[0], 0))) for _, K_t in knowledge_blocks(W, attackers, steps))
-    return gossip_row_space(W, attackers, steps, blocks, rcond, tol, certified, dense_limit)
+    return gossip_row_space(W, attackers, steps, blocks, rcond, tol, certified, dense_limit, dense_max)
 
 
 def gossip_row_space(
@@ -210,9 +212,10 @@ def gossip_row_space(
     tol: float,
     certified: bool = True,
     dense_limit: int = DENSE_LIMIT,
+    dense_max: int = DENSE_MAX,
 ) -> Knowledge:
     """The gossip system's answer from its blocks (K_t, Y_t): certified full rank first on large networks
-    (module docstring), else :func:`row_space`."""
+    (module docstring), else :func:`row_space`, refused in one sentence past ``dense_max`` nodes."""
     n = W.shape[0]
     integer = integer_matrix(W) if certified else None
     check = None
@@ -223,6 +226,15 @@ def gossip_row_space(
             total = len(attackers) + steps * len(seen)
             return full_rank_knowledge(islice(blocks, leading + 1), n, total, tol, leading)
         check = gossip_decider(W, integer, attackers, seen, steps)
+    if n > dense_max:  # a bound, not a swap storm: memory and time grow as n^2 and n^3
+        raise bad_value(
+            "topology.n",
+            n,
+            f"the certified test found no full rank in {steps} steps, and the dense decision would take "
+            f"about {4 * 8 * n * n / 1e9:.1f} GB and {n**3:.1e} operations",
+            f"use topology.n <= {dense_max}, or more corrupt nodes or rounds so that the attackers' view "
+            "reaches every node",
+        )
     return row_space(blocks, n, rcond, tol, check)
 
 
