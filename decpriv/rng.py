@@ -5,6 +5,7 @@ so adding a consumer never shifts the numbers another one draws.
 """
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -17,11 +18,12 @@ def derive_seed(root: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-class Streams:
+class Streams(ABC):
     """Generators keyed by name, from whatever ``seed(name)`` the subclass defines."""
 
+    @abstractmethod
     def seed(self, name: str) -> int:
-        raise NotImplementedError
+        """The stream's 63-bit seed."""
 
     def numpy(self, name: str) -> np.random.Generator:
         return np.random.default_rng(self.seed(name))
