@@ -535,15 +535,14 @@ def _attack_and_account(
     accountant; the audit's bounds reconciled with the accountant's."""
     attack = setup.attack
     if attack is not None:
-        truth = None
+        truth = ground_truth(setup, outcome)  # in this process only: it crosses as a declared oracle
         with progress.phase(folder, "attack", show_progress, attack.name):
             if not acts_during_run(attack):  # its prepare had not run yet
                 view = replace(view, plan=sealed_plan(setup, sealed))
-            if setup.oracle:  # the one door to ground truth, declared in the config (marked everywhere)
-                truth = ground_truth(setup, outcome)
-            findings = sealed.run(replace(view, oracle=truth) if setup.oracle else view)
+            # the one door to ground truth, declared in the config (marked everywhere)
+            findings = sealed.run(replace(view, oracle=truth if setup.oracle else None))
         with progress.phase(folder, "evaluate", show_progress):
-            report.merge(attack.evaluate(findings, truth or ground_truth(setup, outcome), view))
+            report.merge(attack.evaluate(findings, truth, view))
             report.summary["attack_oracle"] = setup.oracle
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
