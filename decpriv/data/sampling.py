@@ -37,9 +37,9 @@ class Sampler:
 
     def draw(self, local: LocalData, size: int | None, generator: torch.Generator):
         """(x, y, weight) of one step's batch for every node (weight 0 on padding)."""
-        if size is None or self.name == "fixed":
-            return local.batch(size, generator)
-        return local.poisson_batch(self.rates(local, size).to(local.x.device), generator)
+        if self.name == "poisson":
+            return local.poisson_batch(self.rates(local, size).to(local.x.device), generator)
+        return local.batch(size, generator)  # fixed, or the whole set when size is None
 
 
 def sampler_of(name: str, size: int | None) -> Sampler:

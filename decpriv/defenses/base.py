@@ -25,10 +25,11 @@ class Mechanism:
 
     ``on``: ``"gradients"`` (every local gradient step) or ``"values"`` (once, on the value then gossiped,
     Muffliato). ``sigma`` is the noise multiplier (std / ``clip``), None until an accountant calibrates it for
-    ``target``. ``level``: ``"example"`` (per-example clipping on Poisson-sampled batches, DP-SGD) or
+    ``target``. ``level``: ``"example"`` (per-example clipping, DP-SGD) or
     ``"user"`` (the node's whole gradient clipped). ``sampler``: how each step's batch is drawn
-    (:mod:`decpriv.data.sampling`: ``poisson`` or ``fixed``; with no batch size the whole set). ``central``: nodes combine by the exact average, the
-    per-node std being divided by sqrt(n). ``correlated``: pairwise-cancelling noise is added on top (DECOR).
+    (:mod:`decpriv.data.sampling`: ``poisson`` or ``fixed``; with no batch size the whole set).
+    ``central``: nodes combine by the exact average, the per-node std being divided by sqrt(n).
+    ``correlated``: pairwise-cancelling noise is added on top (DECOR).
     """
 
     on: str

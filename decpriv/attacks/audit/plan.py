@@ -13,7 +13,7 @@ a Gaussian view) for network_dp; for rdp and secldp the epsilon at the accountan
 accountant's own conversion gives a Gaussian mechanism of parameter mu.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -213,8 +213,7 @@ def walk_plan(audited: Audited) -> AuditPlan:
     trials = WalkTrials(
         audited, (np.concatenate([o.sources for o in observers]), np.repeat(np.arange(n), n - 1))
     )
-    plan = AuditPlan(trials, observers, currency, audited.defense.clip, n, distance)
-    return replace(plan, blind_spots=WALK_BLIND_SPOTS)
+    return AuditPlan(trials, observers, currency, audited.defense.clip, n, distance, WALK_BLIND_SPOTS)
 
 
 def canary_plan(audited: Audited) -> AuditPlan:
@@ -225,8 +224,8 @@ def canary_plan(audited: Audited) -> AuditPlan:
     trials = SampledTrials(audited.defense, audited.steps, int(sizes[node]), audited.protocol.batch_size)
     currency = Currency("rdp", "epsilon", audited.accountant.delta, gaussian_view=False)
     observers = [Observer("any", np.zeros(0, dtype=np.int64), np.full(1, node))]
-    plan = AuditPlan(trials, observers, currency, audited.defense.clip, audited.network.n, None)
-    return replace(plan, blind_spots=SAMPLED_BLIND_SPOTS)
+    n = audited.network.n
+    return AuditPlan(trials, observers, currency, audited.defense.clip, n, None, SAMPLED_BLIND_SPOTS)
 
 
 def gradient_plan(audited: Audited) -> AuditPlan:

@@ -35,20 +35,24 @@ def joined(audit: pd.DataFrame, privacy: pd.DataFrame, currency) -> pd.DataFrame
     return audit.merge(claims, on=keys, how="left", validate="many_to_one")
 
 
-def violations(table: pd.DataFrame) -> pd.DataFrame:
-    over = lambda low, high: low > high * (1 + RELATIVE_SLACK) + 1e-12  # noqa: E731
-    excess = (
-        over(table.epsilon_lower, table.epsilon_accountant)
-        | over(table.epsilon_lower_assumption_free, table.epsilon_accountant)
-        | over(table.epsilon_dp_lower, table.epsilon_dp_accountant)
+def exceeds(low, high):
+    """A lower bound above the accountant's value beyond float rounding."""
+    return low > high * (1 + RELATIVE_SLACK) + 1e-12
+
+
+def proved_over(table):
+    """Where an assumption-free bound exceeds the accountant's value (no Gaussian view assumed)."""
+    return exceeds(table.epsilon_lower_assumption_free, table.epsilon_accountant) | exceeds(
+        table.epsilon_dp_lower, table.epsilon_dp_accountant
     )
-    return table[excess]
+
+
+def violations(table: pd.DataFrame) -> pd.DataFrame:
+    return table[exceeds(table.epsilon_lower, table.epsilon_accountant) | proved_over(table)]
 
 
 def failure(row: pd.Series, currency, pairs: int) -> str:
-    proved = max(row.epsilon_lower_assumption_free, 0.0) > row.epsilon_accountant * (1 + RELATIVE_SLACK) or (
-        row.epsilon_dp_lower > row.epsilon_dp_accountant * (1 + RELATIVE_SLACK)
-    )
+    proved = bool(proved_over(row))
     how = (
         "the audit proves at least"
         if proved
