@@ -34,16 +34,15 @@ def switch(key: str, value: str | None) -> bool | None:
 
 def _plotted_table(target: Path, name: str | None, y: str) -> tuple[object, object]:
     """The table to plot (a sweep's completed jobs, or a run's NAME.csv) and the headline's baseline."""
-    from decpriv.report.aggregate import load_sweep
+    from decpriv.report.aggregate import headline_first, load_sweep
     from decpriv.report.run_folder import read_table
 
     if name is None and not (target / "run.json").is_file():
         sweep = load_sweep(target)
-        lead = ["job", *sweep.keys, *(n for e in sweep.headline for n in (e["metric"], e["baseline"]))]
-        lead = [c for c in dict.fromkeys(lead) if isinstance(c, str) and c in sweep.table]
-        # the headline among the first columns a refusal of an unknown y= lists
         done = sweep.completed
-        return done[[*lead, *(c for c in done.columns if c not in lead)]], sweep.headline_of(y)
+        # the headline among the first columns a refusal of an unknown y= lists
+        order = dict.fromkeys(["job", *sweep.keys, *headline_first(list(done.columns), sweep.headline)])
+        return done[list(order)], sweep.headline_of(y)
     file = target / f"{name or 'history'}.csv"
     if not file.is_file():
         raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")
