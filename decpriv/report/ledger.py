@@ -79,8 +79,7 @@ def _job_overrides(job: Path) -> dict[str, Any]:
     wrote its summary still names its swept values."""
     file = job / ".hydra" / "overrides.yaml"
     with suppress(OSError, ValueError, TypeError, yaml.YAMLError):
-        pairs = [str(o).split("=", 1) for o in yaml.safe_load(file.read_text()) or []]
-        return {key.lstrip("+~"): yaml.safe_load(value) for key, value in (p for p in pairs if len(p) == 2)}
+        return _values([str(o) for o in yaml.safe_load(file.read_text()) or [] if "=" in str(o)])
     return {}
 
 
@@ -173,7 +172,7 @@ def _values(overrides: list[str]) -> dict[str, Any]:
     return found
 
 
-def _own_row(folder: Path, meta: dict[str, Any]) -> pd.DataFrame:
+def _own_row(folder: Path) -> pd.DataFrame:
     """The row a job folder gives (its summary.csv, else its run.json); a signal reads ``interrupted``."""
     row = job_row(folder)
     error = str(row["error"].iloc[0]) if "error" in row else ""
@@ -203,7 +202,7 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
     else:
         corrupt = ""
     if _this_sweeps(meta, num, ledger) and not running:
-        row = _own_row(folder, meta)
+        row = _own_row(folder)
         if ended and ended["status"] == "cancelled" and row["status"].iloc[0] in ("interrupted", "failed"):
             row["status"], row["error"] = "cancelled", f"{ended['error']} ({row['error'].iloc[0]})"
         return row.assign(**{k: v for k, v in values.items() if k not in row})
