@@ -10,9 +10,9 @@ import torch
 from decpriv import experiment
 from decpriv.api import compose_config
 from decpriv.attacks.inversion.analytic import input_span
-from decpriv.attacks.pdmm.anchor import JointProblem, identifiability, joint_fit, reduce_first_layer
+from decpriv.attacks.pdmm.anchor import JointProblem, identifiability, joint_fit
 from decpriv.attacks.pdmm.leak import extract
-from decpriv.protocols.pdmm_objective import Layout
+from decpriv.protocols.pdmm_objective import Layout, reduce_first_layer
 
 ROUNDS, BATCH, FITTED = 10, 2, 4
 

@@ -42,12 +42,16 @@ LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _loss_slope(loss: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """d per-sample loss / d output, for outputs (n, b, k): softmax minus one-hot, sigmoid minus label, residual."""
+def loss_slope(loss: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """d per-sample loss / d output, for outputs (n, b, k): softmax minus one-hot, sigmoid minus label, residual.
+
+    Cross-entropy's y may also be (n, b, k) class probabilities (an attacker's soft labels)."""
+    if loss == "cross_entropy" and y.shape == out.shape:
+        return torch.softmax(out, -1) - y
     if loss == "cross_entropy":
+        # out of place: softmax's backward needs its output (PDMM's joint anchor fit differentiates this)
         slope = torch.softmax(out, -1)
-        slope.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(slope[..., :1], -1.0))
-        return slope
+        return slope.scatter_add(-1, y.unsqueeze(-1), torch.full_like(slope[..., :1], -1.0))
     if loss == "binary_cross_entropy":
         return torch.sigmoid(out) - y.to(out.dtype).unsqueeze(-1)
     return out - y.to(out.dtype).unsqueeze(-1)
@@ -232,7 +236,7 @@ class FunctionalModel:
             inputs.append(h)
             h = z if act is None else ACTIVATIONS[act][0](z)
         # each sample's share of the node objective: 1/b (mean), w_s / max(sum w, 1) (masked mean), w_s, 1
-        dz = _loss_slope(self.loss_name, h, y)
+        dz = loss_slope(self.loss_name, h, y)
         if weight is not None:
             share = weight.to(h.dtype)
             if self.reduction == "mean":

@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import grad, grad_and_value, jvp, vmap
 
-from decpriv.models.functional import ACTIVATIONS, FunctionalModel
+from decpriv.models.functional import ACTIVATIONS, FunctionalModel, loss_slope
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,11 @@ class Layout:
     def numels(self) -> list[int]:
         return [math.prod(shape) for shape in self.shapes]
 
+    def first_weight(self) -> tuple[int, int, int]:
+        """The first weight's offset in the flat parameter vector and its shape (out, in)."""
+        at = self.names.index(self.chain[0][0])
+        return sum(self.numels[:at]), *self.shapes[at]
+
     def narrowed(self, inputs: int) -> "Layout":
         """The same chain on inputs of dimension ``inputs`` (its first weight (out, inputs))."""
         first = self.names.index(self.chain[0][0])
@@ -59,13 +63,12 @@ class Layout:
         return Layout(self.names, tuple(shapes), self.chain, self.loss_name, self.per_sample_loss)
 
 
-def _slope(model: Layout, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """d per-sample loss / d output for outputs (n, b, k)."""
-    if model.loss_name == "cross_entropy":  # y: class indices, or (n, b, k) soft labels (an attacker's)
-        target = y if y.shape == out.shape else F.one_hot(y, out.shape[-1]).to(out.dtype)
-        return torch.softmax(out, -1) - target
-    link = torch.sigmoid(out) if model.loss_name == "binary_cross_entropy" else out
-    return link - y.to(out.dtype)[..., None]
+def reduce_first_layer(layout: Layout, basis: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """(..., p_red): the flat ``vectors`` (..., p) with their first weight (h, d) replaced by W Q (h, r),
+    for one basis Q (d, r) or one per row (n, d, r)."""
+    begin, h, d = layout.first_weight()
+    first = vectors[..., begin : begin + h * d].reshape(*vectors.shape[:-1], h, d) @ basis
+    return torch.cat((vectors[..., :begin], first.flatten(-2), vectors[..., begin + h * d :]), -1)
 
 
 # d sigma'(z) / d a as a function of the activation's output a (sigma' is written in a, ACTIVATIONS)
@@ -110,7 +113,7 @@ def chain_value_and_grad(
     out, inputs = _forward(model, params, x)
     losses = model.per_sample_loss(out.reshape(n * b, -1), y.reshape(n * b, *y.shape[2:]))
     values = (losses.view(n, b) * weight).sum(1)
-    dz = _slope(model, out, y) * weight[..., None]
+    dz = loss_slope(model.loss_name, out, y) * weight[..., None]
     grads = {}
     for layer in range(len(model.chain) - 1, -1, -1):
         w, bias, _ = model.chain[layer]
@@ -143,7 +146,7 @@ class ChainCurvature:
         cache = {**params, "weight": weight[..., None], "out": out}
         if layout.loss_name == "cross_entropy":
             cache["prob"] = torch.softmax(out, -1)
-        dz = _slope(layout, out, y) * weight[..., None]
+        dz = loss_slope(layout.loss_name, out, y) * weight[..., None]
         for layer in range(len(layout.chain) - 1, -1, -1):
             cache[f"input{layer}"], cache[f"dz{layer}"] = inputs[layer], dz
             if layer:
@@ -280,35 +283,27 @@ class InputSpan:
             return None
         inputs = (x.reshape(x.shape[0], b, d) * problems.mask[..., None]).transpose(1, 2)
         basis = torch.linalg.qr(inputs).Q  # (n, d, b): orthonormal, its span holds every sample
-        at = layout.names.index(layout.chain[0][0])
-        begin = sum(layout.numels[:at])
-        out = layout.shapes[at][0]
+        begin, out, _ = layout.first_weight()
         return cls(basis, slice(begin, begin + out * d), out)
-
-    def _project(self, w: torch.Tensor) -> torch.Tensor:
-        """(n, out, r) coordinates W Q of the first weight of the rows of w."""
-        return torch.bmm(w[:, self.first].reshape(len(w), self.out, -1), self.basis)
-
-    def _swap(self, w: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-        return torch.cat([w[:, : self.first.start], first.flatten(1), w[:, self.first.stop :]], 1)
 
     def reduce(self, problems: LocalProblems, w: torch.Tensor) -> tuple[LocalProblems, torch.Tensor]:
         """The reduced problems and the start w mapped into them."""
         n, b = problems.x.shape[:2]
         coordinates = torch.bmm(problems.x.reshape(n, b, -1), self.basis)  # (n, b, r)
+        layout = problems.layout
         reduced = replace(
             problems,
-            layout=problems.layout.narrowed(self.basis.shape[2]),
-            c=self._swap(problems.c, self._project(problems.c)),
+            layout=layout.narrowed(self.basis.shape[2]),
+            c=reduce_first_layer(layout, self.basis, problems.c),
             x=coordinates,
         )
-        return reduced, self._swap(w, self._project(w))
+        return reduced, reduce_first_layer(layout, self.basis, w)
 
     def expand(self, problems: LocalProblems, reduced_w: torch.Tensor) -> torch.Tensor:
         """The full solution: W = U Q^T - c_perp / rd."""
         n = len(reduced_w)
         c_first = problems.c[:, self.first].reshape(n, self.out, -1)
-        c_perp = c_first - torch.bmm(self._project(problems.c), self.basis.transpose(1, 2))
+        c_perp = c_first - c_first @ self.basis @ self.basis.transpose(1, 2)
         start, stop = self.first.start, self.first.start + self.out * self.basis.shape[2]
         u = reduced_w[:, start:stop].reshape(n, self.out, -1)
         first = torch.bmm(u, self.basis.transpose(1, 2)) - c_perp / problems.rd[:, None, None]

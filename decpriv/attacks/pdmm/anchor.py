@@ -24,16 +24,6 @@ from torch.func import jacfwd
 from decpriv.protocols.pdmm_objective import Layout, chain_value_and_grad
 
 
-def reduce_first_layer(layout: Layout, basis: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-    """(..., p_red): the flat ``vectors`` (..., p) with their first weight (h, d) replaced by W Q (h, r)."""
-    at = layout.names.index(layout.chain[0][0])
-    begin = sum(layout.numels[:at])
-    h, d = layout.shapes[at]
-    first = vectors[..., begin : begin + h * d].reshape(*vectors.shape[:-1], h, d) @ basis
-    rest = (vectors[..., :begin], first.flatten(-2), vectors[..., begin + h * d :])
-    return torch.cat(rest, -1)
-
-
 @dataclass(frozen=True, eq=False)
 class JointProblem:
     """One victim in the inputs' span: its relative trajectory, its leaked differences and labels."""

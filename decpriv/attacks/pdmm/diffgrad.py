@@ -37,7 +37,7 @@ from decpriv.attacks.inversion.scoring import (
     reconstruction_grid,
     score_batches,
 )
-from decpriv.attacks.pdmm.anchor import JointProblem, joint_fit, reduce_first_layer
+from decpriv.attacks.pdmm.anchor import JointProblem, joint_fit
 from decpriv.attacks.pdmm.leak import (
     Assumed,
     check_assumptions,
@@ -47,7 +47,7 @@ from decpriv.attacks.pdmm.leak import (
     links,
 )
 from decpriv.errors import bad_value
-from decpriv.protocols.pdmm_objective import Layout
+from decpriv.protocols.pdmm_objective import Layout, reduce_first_layer
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
