@@ -137,27 +137,41 @@ def headline_over_seeds(sweep: Sweep) -> pd.DataFrame:
     done = sweep.completed
     keys = sweep.group_keys
     groups = done.groupby(keys, dropna=False, sort=True) if keys else [((), done)]
+    judgements = {entry["metric"]: judged(entry, done) for entry in sweep.headline}  # once, all jobs
     rows = []
     for key, jobs in groups:
         for entry in sweep.headline:
             metric = entry["metric"]
-            bases = [headline.baseline_value(entry, row) for _, row in jobs.iterrows()]
-            won = [headline.beats(entry, v, b) for v, b in zip(jobs[metric], bases, strict=True)]
-            numeric = pd.to_numeric(pd.Series(bases, dtype=object), errors="coerce")
+            verdicts = judgements[metric].loc[jobs.index]
             rows.append(
                 {
                     **dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
                     "metric": metric,
-                    "beats": sum(w is True for w in won),
+                    "beats": int(verdicts["won"].sum()),
                     "seeds": len(jobs),
                     "median": jobs[metric].median(),
                     "min": jobs[metric].min(),
                     "max": jobs[metric].max(),
-                    "baseline_median": numeric.median(),
+                    "baseline_median": verdicts["base"].median(),
                     "against": entry.get("against", ""),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def judged(entry: dict, jobs: pd.DataFrame) -> pd.DataFrame:
+    """Each job's baseline value for the headline ``entry`` (numeric, NaN when missing), whether its
+    value beats it, and whether it could be judged at all (value and baseline both present)."""
+    bases = [headline.baseline_value(entry, row) for _, row in jobs.iterrows()]
+    won = [headline.beats(entry, v, b) for v, b in zip(jobs[entry["metric"]], bases, strict=True)]
+    return pd.DataFrame(
+        {
+            "base": pd.to_numeric(pd.Series(bases, index=jobs.index, dtype=object), errors="coerce"),
+            "won": [w is True for w in won],
+            "judged": [w is not None for w in won],
+        },
+        index=jobs.index,
+    )
 
 
 def mean_std_count(done: pd.DataFrame, by: list[str], column: str) -> pd.DataFrame:
@@ -223,10 +237,13 @@ def headline_cells(sweep: Sweep) -> pd.DataFrame:
     columns = {}
     for entry in sweep.headline:
         metric = entry["metric"]
-        base = done.apply(lambda row, e=entry: headline.baseline_value(e, row), axis=1)
-        won = [headline.beats(entry, v, b) for v, b in zip(done[metric], base, strict=True)]
-        frame = done.assign(_value=pd.to_numeric(done[metric], errors="coerce"), _base=pd.to_numeric(base))
-        frame = frame.assign(_won=[w is True for w in won], _judged=[w is not None for w in won])
+        verdicts = judged(entry, done)
+        frame = done.assign(
+            _value=pd.to_numeric(done[metric], errors="coerce"),
+            _base=verdicts["base"],
+            _won=verdicts["won"],
+            _judged=verdicts["judged"],
+        )
         columns[metric] = frame.groupby(by, dropna=False, sort=False).apply(
             _headline_cell, include_groups=False
         )
