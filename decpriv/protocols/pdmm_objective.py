@@ -272,8 +272,6 @@ class InputSpan:
     """
 
     basis: torch.Tensor  # (n, d, r)
-    first: slice  # the first weight's columns in the flat vector
-    out: int  # its rows
 
     @classmethod
     def of(cls, problems: LocalProblems) -> "InputSpan | None":
@@ -282,9 +280,7 @@ class InputSpan:
         if layout is None or b >= d:
             return None
         inputs = (x.reshape(x.shape[0], b, d) * problems.mask[..., None]).transpose(1, 2)
-        basis = torch.linalg.qr(inputs).Q  # (n, d, b): orthonormal, its span holds every sample
-        begin, out, _ = layout.first_weight()
-        return cls(basis, slice(begin, begin + out * d), out)
+        return cls(torch.linalg.qr(inputs).Q)  # (n, d, b): orthonormal, its span holds every sample
 
     def reduce(self, problems: LocalProblems, w: torch.Tensor) -> tuple[LocalProblems, torch.Tensor]:
         """The reduced problems and the start w mapped into them."""
@@ -301,10 +297,10 @@ class InputSpan:
 
     def expand(self, problems: LocalProblems, reduced_w: torch.Tensor) -> torch.Tensor:
         """The full solution: W = U Q^T - c_perp / rd."""
-        n = len(reduced_w)
-        c_first = problems.c[:, self.first].reshape(n, self.out, -1)
+        n, (start, out, d) = len(reduced_w), problems.layout.first_weight()
+        c_first = problems.c[:, start : start + out * d].reshape(n, out, d)
         c_perp = c_first - c_first @ self.basis @ self.basis.transpose(1, 2)
-        start, stop = self.first.start, self.first.start + self.out * self.basis.shape[2]
-        u = reduced_w[:, start:stop].reshape(n, self.out, -1)
+        stop = start + out * self.basis.shape[2]
+        u = reduced_w[:, start:stop].reshape(n, out, -1)
         first = torch.bmm(u, self.basis.transpose(1, 2)) - c_perp / problems.rd[:, None, None]
         return torch.cat([reduced_w[:, :start], first.flatten(1), reduced_w[:, stop:]], 1)
