@@ -61,9 +61,9 @@ def _row(folder: Path) -> dict:
     meta = read_status(folder)
     summary_file = folder / "summary.csv"
     summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
-    first = next(iter(headline.of_run(meta, summary or None)), None)
-    if meta.get("status") != "completed":  # no finding: the status says why
-        first = None
+    first = None  # a run that did not complete has no finding: its status says why
+    if meta.get("status") == "completed":
+        first = next(iter(headline.of_run(meta, summary or None)), None)
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
     return {
         "run": folder.as_posix(),  # as given to decpriv show: under the root as the user named it
