@@ -143,9 +143,12 @@ class ChainCurvature:
     def at(cls, layout: Layout, theta, x, y, weight, rd) -> "ChainCurvature":
         params = _split(layout, theta)
         out, inputs = _forward(layout, params, x)
-        cache = {**params, "weight": weight[..., None], "out": out}
+        cache = {**params, "weight": weight[..., None]}
+        # the link's output, which the loss's curvature in the outputs is written in (once, not per product)
         if layout.loss_name == "cross_entropy":
             cache["prob"] = torch.softmax(out, -1)
+        elif layout.loss_name == "binary_cross_entropy":
+            cache["prob"] = torch.sigmoid(out)
         dz = loss_slope(layout.loss_name, out, y) * weight[..., None]
         for layer in range(len(layout.chain) - 1, -1, -1):
             cache[f"input{layer}"], cache[f"dz{layer}"] = inputs[layer], dz
@@ -169,7 +172,7 @@ class ChainCurvature:
             prob = self.cache["prob"]
             return prob * r - prob * (prob * r).sum(-1, keepdim=True)
         if self.layout.loss_name == "binary_cross_entropy":
-            s = torch.sigmoid(self.cache["out"])
+            s = self.cache["prob"]
             return s * (1 - s) * r
         return r
 
