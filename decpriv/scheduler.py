@@ -221,9 +221,9 @@ def _finished(job: Any) -> bool:
     return state not in LIVE_STATES and job.done()
 
 
-def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
-    """A done submitit job's JobReturn, and its status for the ledger when it did not finish (None when
-    it did): ``cancelled`` when the scheduler says CANCELLED, else ``failed``."""
+def _ended(job: Any, overrides: list[str]) -> tuple[Any, tuple[str, str] | None]:
+    """A done submitit job's JobReturn, and its status and reason for the ledger when it did not finish
+    (None when it did): ``cancelled`` when the scheduler says CANCELLED, else ``failed``."""
     from hydra.core.utils import JobReturn, JobStatus
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
@@ -234,10 +234,10 @@ def _ended(job: Any, overrides: list[str]) -> tuple[Any, str | None]:
         status = "cancelled" if state.upper().startswith("CANCELLED") else "failed"
         returned = JobReturn(overrides=overrides, status=JobStatus.FAILED)
         returned.return_value = error
-        return returned, f"{status}: no result; the scheduler's state: {state}"
+        return returned, (status, f"no result; the scheduler's state: {state}")
     state = scheduler_state(job)  # scancel's SIGTERM handled: a result, and the scheduler's word on it
     cancelled = state.upper().startswith("CANCELLED")
-    return result, f"cancelled: the scheduler's state: {state}" if cancelled else None
+    return result, ("cancelled", f"the scheduler's state: {state}") if cancelled else None
 
 
 def wait_for(
@@ -250,13 +250,14 @@ def wait_for(
     returns: dict[int, Any] = {}
     while len(returns) < len(jobs):
         for index, job in enumerate(jobs):
+            if index in returns:  # before the stderr capture: a poll redirects only for jobs still awaited
+                continue
             with _scheduler_output():
-                if index in returns or not _finished(job):
+                if not _finished(job):
                     continue
                 returns[index], ended = _ended(job, overrides[index])
             if ended is not None:
-                status, _, why = ended.partition(": ")
-                record_end(sweep, numbers[index], status, why)
+                record_end(sweep, numbers[index], *ended)
         if len(returns) < len(jobs):
             time.sleep(POLL_S)
     return [returns[index] for index in range(len(jobs))]
