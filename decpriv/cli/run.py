@@ -64,14 +64,13 @@ def _run_hydra(args: list[str], prebuilt: object) -> None:
 
 def _ledger_table(sweep: Path, count: int):
     """The sweep's table as its ledger has it (a sweep of another sweeper: its folders'), None without."""
-    from decpriv.report.ledger import read_ledger
+    from decpriv.report.ledger import read_ledger, render
     from decpriv.report.sweep import write_summary
 
-    if read_ledger(sweep) is None:
-        return write_summary(sweep, count) if sweep.is_dir() else None
-    from decpriv.report.sweep import collect
-
-    return collect(sweep)
+    ledger = read_ledger(sweep)
+    if ledger is not None:
+        return render(sweep, ledger)
+    return write_summary(sweep, count) if sweep.is_dir() else None
 
 
 def _not_completed(sweep: Path, table) -> str:
