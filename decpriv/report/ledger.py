@@ -156,8 +156,8 @@ def _sweep_alive(ledger: dict[str, Any]) -> bool:
         os.kill(parent["pid"], 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # the pid exists, owned by another user: taken for alive, as before
+        pass
     return True
 
 
