@@ -156,7 +156,7 @@ def _sweep_alive(ledger: dict[str, Any]) -> bool:
         os.kill(parent["pid"], 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # the pid exists, owned by another user: taken for alive, as before
+    except PermissionError:  # the pid exists, owned by another user: not known dead
         pass
     return True
 
