@@ -180,7 +180,7 @@ def data_spec(setup: Setup) -> DataSpec:
 
 def attack_context(setup: Setup) -> AttackContext:
     """What the attack may know before the run: public facts, its adversary, its own nodes' data."""
-    own = torch.as_tensor(setup.adversary.nodes)
+    own = torch.as_tensor(setup.adversary.nodes, device="cpu")
     protocol = setup.protocol
     return AttackContext(
         network=setup.network,
@@ -310,12 +310,11 @@ def simulate(
         recorder = Recorder(edges[:, 0], edges[:, 1], recording)
     else:
         recorder = Recorder.broadcast(adv.observed_senders(network), recording)
-    setup.model.to(setup.device)
     sim = Simulation(
         network=network,
         dataset=setup.dataset,
         local=setup.local.to(setup.device),
-        model=setup.model,
+        model=setup.model.on(setup.device),
         defense=setup.defense,
         adversary=adv,
         recorder=recorder,
@@ -324,7 +323,7 @@ def simulate(
         behaviour=attack.behaviour(setup.attack_context, plan) if recording else None,
         show_progress=show_progress,
     )
-    outcome = setup.protocol.run(sim)
+    outcome = setup.protocol.run(sim).cpu()
     if not recording:
         return outcome, None
     context = setup.attack_context

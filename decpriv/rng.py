@@ -2,6 +2,11 @@
 
 Every consumer (data, graph, init, per-node noise, attack restarts, ...) asks for its own stream by name,
 so adding a consumer never shifts the numbers another one draws.
+
+Every stream is a CPU generator, whatever device the run uses, and every draw goes through the functions
+below: drawn on the CPU, then moved to the device that consumes it. CUDA's generator (Philox) and the
+CPU's (Mersenne twister) give other numbers for one seed, so a draw made on the device would make the
+same config and seed give other tables on a GPU (docs/simulation.md, "Same numbers on any device").
 """
 
 import hashlib
@@ -28,10 +33,9 @@ class Streams(ABC):
     def numpy(self, name: str) -> np.random.Generator:
         return np.random.default_rng(self.seed(name))
 
-    def torch(self, name: str, device: torch.device | str = "cpu") -> torch.Generator:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(self.seed(name))
-        return gen
+    def torch(self, name: str) -> torch.Generator:
+        """The stream as a CPU generator (draw from it with :func:`normal`, :func:`uniform` ...)."""
+        return torch.Generator().manual_seed(self.seed(name))
 
 
 class Seeds(Streams):
@@ -77,3 +81,48 @@ def served_stream(name: str) -> int:
     if CHANNEL is None:
         raise PermissionError(f"stream {name!r}: no pipeline serves attack streams in this process")
     return CHANNEL(name)
+
+
+Shape = int | tuple[int, ...] | torch.Size
+
+
+def _size(shape: Shape) -> tuple[int, ...]:
+    return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+def normal(
+    shape: Shape,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Standard normal draws from the CPU ``generator``, moved to ``device``: the same numbers there as on
+    the CPU."""
+    return torch.randn(_size(shape), generator=generator, dtype=dtype).to(device)
+
+
+def uniform(
+    shape: Shape,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Uniform draws on [0, 1) from the CPU ``generator``, moved to ``device``."""
+    return torch.rand(_size(shape), generator=generator, dtype=dtype).to(device)
+
+
+def integers(
+    low: int,
+    high: int,
+    shape: Shape,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
+    """Integers uniform on [low, high) from the CPU ``generator``, moved to ``device``."""
+    return torch.randint(low, high, _size(shape), generator=generator, dtype=dtype).to(device)
+
+
+def permutation(n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A uniform permutation of range(n) from the CPU ``generator``, moved to ``device``."""
+    return torch.randperm(n, generator=generator).to(device)

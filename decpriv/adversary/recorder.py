@@ -100,7 +100,9 @@ class Recorder:
         return {"plain_senders": self.plain_senders, "plain_messages": torch.stack(self._plain)}
 
     def transcript(self) -> Transcript:
-        values = torch.stack(self._values) if self._values else torch.empty(0, self.senders.size, 0)
+        values = (
+            torch.stack(self._values) if self._values else torch.empty(0, self.senders.size, 0, device="cpu")
+        )
         aggregates = torch.stack(self._aggregates) if self._aggregates else None
         return Transcript(
             self.senders,

@@ -251,7 +251,7 @@ class GradientInversion(Attack):
         if leak is fedsgd_leak:
             leak = partial(fedsgd_leak, round_=self.round)
         spec = view.data_spec
-        generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
+        generator = view.seeds.torch(f"attack.{self.name}")
         inversions = []
         for v in victims:  # one optimisation per victim; restarts and label candidates are batched inside
             point, gradient = leak(view, int(v))

@@ -12,6 +12,7 @@ import torch
 
 from decpriv.config_types import Range, checked
 from decpriv.errors import bad_value
+from decpriv.rng import uniform
 
 PerNode = Annotated[int, Range(ge=1, what="the number of samples per node")] | None
 
@@ -112,12 +113,12 @@ class LocalData:
         mask = np.arange(m)[None, :] < counts[:, None]
         idx = np.zeros((n, m), dtype=np.int64)
         idx[mask] = np.concatenate(parts)
-        flat = torch.as_tensor(idx.reshape(-1))
+        flat = torch.as_tensor(idx.reshape(-1), device=x.device)
         return cls(
             x=x[flat].reshape(n, m, *x.shape[1:]),
             y=y[flat].reshape(n, m),
-            mask=torch.as_tensor(mask),
-            counts=torch.as_tensor(counts),
+            mask=torch.as_tensor(mask, device=x.device),
+            counts=torch.as_tensor(counts, device=x.device),
             indices=tuple(parts),
         )
 
@@ -161,7 +162,7 @@ class LocalData:
         """
         if size is None:
             return self.x, self.y, self.mask.to(self.x.dtype)
-        keys = torch.rand(self.mask.shape, generator=generator, device=generator.device).to(self.x.device)
+        keys = uniform(self.mask.shape, generator, self.x.device)
         keys = keys.masked_fill(~self.mask, -1.0)
         pick = keys.topk(size, dim=1, sorted=False).indices
         rows = torch.arange(self.n, device=self.x.device)[:, None]
@@ -173,7 +174,7 @@ class LocalData:
         """One Poisson-sampled minibatch per node: each local sample joins independently with its node's rate
         (``rates`` (n,)), so batch sizes vary (Abadi et al., CCS 2016, Sec. 3.1; Opacus' DPDataLoader).
         Returned padded to the largest batch drawn, ``weight`` marking the samples taken."""
-        keys = torch.rand(self.mask.shape, generator=generator, device=generator.device).to(self.x.device)
+        keys = uniform(self.mask.shape, generator, self.x.device)
         taken = (keys < rates[:, None].to(keys)) & self.mask
         place = taken.cumsum(1) - 1  # each taken sample's slot in its node's batch, in local order
         width = max(int(place[:, -1].max()) + 1, 1)

@@ -32,7 +32,7 @@ class Sampler:
     def rates(self, local: LocalData, size: int | None) -> torch.Tensor:
         """Each node's inclusion probability of a given sample, b / m_v (1 for the full batch)."""
         if size is None:
-            return torch.ones(local.n, dtype=torch.float64)
+            return torch.ones(local.n, dtype=torch.float64, device=local.counts.device)
         return (size / local.counts.to(torch.float64)).clamp(max=1.0)
 
     def draw(self, local: LocalData, size: int | None, generator: torch.Generator):

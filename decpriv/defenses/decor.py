@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense, Mechanism
 from decpriv.defenses.dp import Clip, Target, clip_rows
@@ -62,7 +63,7 @@ class Decor(Defense):
     def bind(self, setup: Built) -> None:
         """Take the edge list and the pairs' stream from the built setup (before the simulation)."""
         self._edges = torch.as_tensor(setup.network.edges, device=setup.device)
-        self._pairs = setup.seeds.torch("defense.decor_pairs", setup.device)
+        self._pairs = setup.seeds.torch("defense.decor_pairs")
 
     def calibrate(self, sigma_cdp: float, sigma_cor: float) -> None:
         self.sigma_cdp, self.sigma_cor = float(sigma_cdp), float(sigma_cor)
@@ -71,9 +72,7 @@ class Decor(Defense):
         """(n, p) correlated noise of one round: +u_e at edge e's first node, -u_e at its second."""
         if self._edges is None or self._pairs is None:
             raise RuntimeError("defense=decor was not bound to the network: call bind(setup) before the run")
-        u = self.sigma_cor * torch.randn(
-            (len(self._edges), p), generator=self._pairs, device=self._edges.device, dtype=dtype
-        )
+        u = self.sigma_cor * rng.normal((len(self._edges), p), self._pairs, self._edges.device, dtype)
         out = torch.zeros((n, p), device=u.device, dtype=dtype)
         return out.index_add_(0, self._edges[:, 0], u).index_add_(0, self._edges[:, 1], -u)
 
@@ -88,7 +87,7 @@ class Decor(Defense):
         generator: torch.Generator,
     ) -> torch.Tensor:
         g = clip_rows(model.node_gradients(theta, x, y, weight), self.clip)
-        private = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
+        private = rng.normal(g.shape, generator, g.device, g.dtype)
         return g + self.sigma_cdp * private + self.correlated(g.shape[0], g.shape[1], g.dtype)
 
     def mechanism(self) -> Mechanism:

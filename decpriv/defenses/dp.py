@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.errors import bad_value
@@ -96,7 +97,7 @@ class GaussianDefense(Defense):
         generator: torch.Generator,
     ) -> torch.Tensor:
         g = self.clipped(model, theta, x, y, weight)
-        noise = torch.randn(g.shape, generator=generator, device=g.device, dtype=g.dtype)
+        noise = rng.normal(g.shape, generator, g.device, g.dtype)
         return g + self.noise_std(len(g)) * noise
 
     def mechanism(self) -> Mechanism:
@@ -139,7 +140,7 @@ class DPSGD(GaussianDefense):
     ) -> torch.Tensor:
         per_example = clip_rows(model.example_gradients(theta, x, y), self.clip)  # (n, b, p)
         total = (per_example * weight[..., None]).sum(1)
-        noise = torch.randn(total.shape, generator=generator, device=total.device, dtype=total.dtype)
+        noise = rng.normal(total.shape, generator, total.device, total.dtype)
         count = self.expected_batch or weight.sum(1, keepdim=True).clamp_min(1.0)
         return (total + self.noise_std(len(total)) * noise) / count
 

@@ -21,6 +21,7 @@ from typing import Annotated
 
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range
 from decpriv.errors import bad_value
 
@@ -75,10 +76,10 @@ class Ring:
         signed = torch.where(z >= self.modulus // 2, z - self.modulus, z)
         return signed.to(torch.float64) / 2.0**self.precision
 
-    def uniform(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-        return torch.randint(
-            0, self.modulus, shape, generator=generator, device=generator.device, dtype=torch.int64
-        )
+    def uniform(
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device
+    ) -> torch.Tensor:
+        return rng.integers(0, self.modulus, shape, generator, device)
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,7 +132,7 @@ def pairwise_masked_sum(
     members' messages reached their aggregator (drop-outs are False)."""
     S, p = encoded.shape
     a, b = groups.pairs[:, 0], groups.pairs[:, 1]
-    m = ring.uniform((len(a), p), generator)
+    m = ring.uniform((len(a), p), generator, encoded.device)
     minus = ring.modulus - m
     mask = torch.zeros_like(encoded).index_add_(0, a, m).index_add_(0, b, minus).remainder_(ring.modulus)
     masked = (encoded + mask).remainder_(ring.modulus)

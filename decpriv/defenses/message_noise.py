@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
 
@@ -20,7 +21,7 @@ class MessageNoise(Defense):
         self.sigma = sigma
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.randn(values.shape, generator=generator, device=values.device, dtype=values.dtype)
+        noise = rng.normal(values.shape, generator, values.device, values.dtype)
         return values + self.sigma * noise
 
     def summary(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.defenses.dp import clip_rows
@@ -35,7 +36,7 @@ class Muffliato(Defense):
 
     def messages(self, values: torch.Tensor, round_: int, generator: torch.Generator) -> torch.Tensor:
         clipped = clip_rows(values, self.clip)
-        noise = torch.randn(clipped.shape, generator=generator, device=values.device, dtype=values.dtype)
+        noise = rng.normal(clipped.shape, generator, values.device, values.dtype)
         return clipped + self.sigma * self.clip * noise
 
     def mechanism(self) -> Mechanism:

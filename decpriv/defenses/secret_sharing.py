@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def additive_shares(ring: Ring, encoded: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
     """(k, C, p) shares of each row of ``encoded`` (C, p): uniform but for the last, all summing to it."""
-    first = ring.uniform((k - 1, *encoded.shape), generator)
+    first = ring.uniform((k - 1, *encoded.shape), generator, encoded.device)
     last = (encoded - first.sum(0)).remainder(ring.modulus)
     return torch.cat([first, last[None]])
 
@@ -67,7 +67,7 @@ class SecretSharing(Defense):
         clients = len(client_nodes(setup.network))
         terms = max(clients, self.aggregators)
         self._ring = Ring.for_sums(terms, self.precision)
-        self._shares = setup.seeds.torch("defense.ss_shares", setup.device)
+        self._shares = setup.seeds.torch("defense.ss_shares")
         self._attackers = torch.as_tensor(setup.adversary.nodes, device=setup.device)
         self._p = setup.model.p
 

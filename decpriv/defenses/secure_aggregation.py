@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense
 from decpriv.defenses.masking import Groups, MaskedSum, Precision, Ring, pairwise_masked_sum
@@ -65,8 +66,8 @@ class SecureAggregation(Defense):
                 "use protocol=dsgd, fedavg or fedsgd",
             )
         self._device = setup.device
-        self._masks = setup.seeds.torch("defense.sa_masks", setup.device)
-        self._drops = setup.seeds.torch("defense.sa_dropout", setup.device)
+        self._masks = setup.seeds.torch("defense.sa_masks")
+        self._drops = setup.seeds.torch("defense.sa_dropout")
         self._n = network.n
         self._attackers = torch.as_tensor(adversary.nodes, device=setup.device)
         self._eavesdropper = adversary.eavesdropper
@@ -139,7 +140,7 @@ class SecureAggregation(Defense):
         """(S,) which messages reach their aggregator: a node's own always; others unless it dropped out."""
         if self.dropout == 0:
             return torch.ones(len(member), dtype=torch.bool, device=member.device)
-        dropped = torch.rand(self._n, generator=self._drops, device=member.device) < self.dropout
+        dropped = rng.uniform(self._n, self._drops, member.device) < self.dropout
         return ~dropped[member] | own
 
     def _secure_sum(

@@ -128,8 +128,9 @@ class Network:
         if self.n <= 32 or 8 * self.W.nnz > self.n**2:
             return torch.as_tensor(self.W.toarray(), dtype=dtype, device=device)
         coo = self.W.tocoo()
-        indices = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64)
-        values = torch.as_tensor(coo.data, dtype=dtype)
+        # built and coalesced on the CPU, then moved: one summation order whatever the device
+        indices = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64, device="cpu")
+        values = torch.as_tensor(coo.data, dtype=dtype, device="cpu")
         coo_tensor = torch.sparse_coo_tensor(indices, values, coo.shape, check_invariants=True)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)

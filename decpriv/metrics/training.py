@@ -36,7 +36,7 @@ def least_squares_optimum(model: FunctionalModel, local: LocalData) -> torch.Ten
     a = local.x.cpu()[mask].reshape(int(mask.sum()), -1).double()
     b = local.y.cpu()[mask].double()
     if layers[1].bias is not None:
-        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
+        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], 1)
     if model.reduction == "mean":
         per_row = (1.0 / local.counts.cpu().double())[:, None].expand(mask.shape)[mask]
         a, b = a * per_row.sqrt()[:, None], b * per_row.sqrt()
@@ -68,9 +68,11 @@ class Evaluator:
         self.x_test = dataset.x_test[:max_eval].to(device, dtype)
         self.y_test = dataset.y_test[:max_eval].to(device)
         flat_x, flat_y = local.x[local.mask], local.y[local.mask]
-        spread = torch.linspace(0, len(flat_x) - 1, min(max_eval, len(flat_x))).round().long()
-        self.x_train = flat_x[spread.to(flat_x.device)].to(device)
-        self.y_train = flat_y[spread.to(flat_y.device)].to(device)
+        # on the CPU: CUDA's linspace rounds its points differently, and .round() would pick other samples
+        spread = torch.linspace(0, len(flat_x) - 1, min(max_eval, len(flat_x)), device="cpu")
+        spread = spread.round().long().to(flat_x.device)
+        self.x_train = flat_x[spread].to(device)
+        self.y_train = flat_y[spread].to(device)
         k = min(local.x.shape[1], local_eval)
         self.own_x, self.own_y = local.x[:, :k].to(device), local.y[:, :k].to(device)
         self.own_mask = local.mask[:, :k].to(device)

@@ -12,6 +12,7 @@ many nodes costs more than the arithmetic (a batched outer product through bmm w
 one, the concatenation, the first-touch page faults of every fresh buffer).
 """
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -128,10 +129,12 @@ class FunctionalModel:
         self.p = sum(self.numels)
         self.chain = affine_chain(module, self.names)
 
-    def to(self, device: torch.device) -> "FunctionalModel":
-        self.module.to(device)
-        self.buffers = dict(self.module.named_buffers())
-        return self
+    def on(self, device: torch.device | str) -> "FunctionalModel":
+        """This model computing on ``device``: a copy whose buffers live there. The module itself stays on
+        the CPU, where :meth:`init` draws, so one seed gives one model whatever the device."""
+        moved = copy.copy(self)
+        moved.buffers = {k: v.to(device) for k, v in self.buffers.items()}
+        return moved
 
     def flat(self) -> torch.Tensor:
         """The module's current parameters as one flat vector."""
@@ -141,10 +144,11 @@ class FunctionalModel:
         """(n, p) initial states: one draw of the module's default init for all nodes, or one per node;
         every entry ``init_value`` when it is set."""
         if self.init_value is not None:
-            return torch.full((n, self.p), float(self.init_value), dtype=self.flat().dtype)
+            return torch.full((n, self.p), float(self.init_value), dtype=self.flat().dtype, device="cpu")
         rows = []
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            # reset_parameters draws from the global CPU generator; seeding only that one keeps CUDA's alone
+            torch.random.default_generator.manual_seed(seed)
             for _ in range(1 if same else n):
                 for layer in self.module.modules():
                     if hasattr(layer, "reset_parameters"):

@@ -1,7 +1,7 @@
 """What a protocol receives (:class:`Simulation`) and returns (:class:`Outcome`)."""
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 import pandas as pd
@@ -60,6 +60,22 @@ class Outcome:
     summary: dict[str, Any]  # headline metrics for summary.csv
     truth: dict[str, Any] = field(default_factory=dict)  # protocol-specific ground truth (scoring only)
     public: dict[str, Any] = field(default_factory=dict)  # facts the adversary legitimately knows
+
+    def cpu(self) -> "Outcome":
+        """The outcome with every tensor on the CPU: what crosses into the attack's process and scoring is
+        on the CPU whatever device simulated (docs/simulation.md, "Same numbers on any device")."""
+        return replace(self, final=self.final.cpu(), truth=on_cpu(self.truth), public=on_cpu(self.public))
+
+
+def on_cpu(value: Any) -> Any:
+    """``value`` with each tensor inside (dicts, lists, tuples) moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(on_cpu(v) for v in value)
+    return value
 
 
 class Protocol(ABC):

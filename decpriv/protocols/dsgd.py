@@ -108,7 +108,8 @@ class DSGD(Protocol):
             if sim.behaviour is not None and k == 0:
                 seen = torch.as_tensor(sim.recorder.senders, device=x.device)
                 own = torch.as_tensor(sim.adversary.nodes, device=x.device)
-                forgery = sim.behaviour.forge(round_, sim.recorder.senders, x[seen], x[own])
+                # what crosses into the attack's process is on the CPU (docs/simulation.md)
+                forgery = sim.behaviour.forge(round_, sim.recorder.senders, x[seen].cpu(), x[own].cpu())
                 if forgery is not None:
                     mixed = apply_forgery(sim.network.W, mixed, x, forgery)
             x = mixed
@@ -152,8 +153,8 @@ class DSGD(Protocol):
         grad_buffer = torch.empty_like(theta) if plain_gradients and not fused else None
         spare = torch.empty_like(theta) if plain_exchange else None
         W = sim.network.gossip_operator(sim.device, dtype)
-        batches, sampler = sim.seeds.torch("batches", sim.device), sim.defense.sampler(self.batch_size)
-        noise = sim.seeds.torch("defense.noise", sim.device)
+        batches, sampler = sim.seeds.torch("batches"), sim.defense.sampler(self.batch_size)
+        noise = sim.seeds.torch("defense.noise")
         velocity = torch.zeros_like(theta) if self.momentum else None
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
@@ -86,9 +87,9 @@ class FedAvg(Protocol):
         steps = self.steps_per_round(local)
         global_model = model.init(1, sim.seeds.seed("init"))[0].to(sim.device, dtype)
         initial = global_model.clone()
-        batches = sim.seeds.torch("batches", sim.device)
-        noise = sim.seeds.torch("defense.noise", sim.device)
-        clients_rng = sim.seeds.torch("clients", sim.device)
+        batches = sim.seeds.torch("batches")
+        noise = sim.seeds.torch("defense.noise")
+        clients_rng = sim.seeds.torch("clients")
         sampler = sim.defense.sampler(self.batch_size)
         weights = local.counts.to(global_model.dtype)
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
@@ -103,8 +104,7 @@ class FedAvg(Protocol):
                 sim.guard(t, theta)
             if t == self.rounds:
                 break
-            pick = torch.randperm(len(clients), generator=clients_rng, device=clients_rng.device)[:per_round]
-            chosen = clients[pick.to(sim.device)]
+            chosen = clients[rng.permutation(len(clients), clients_rng, sim.device)[:per_round]]
             sending = torch.zeros(n, dtype=torch.bool, device=sim.device)
             sending[chosen] = True
             for _ in range(steps):

@@ -41,7 +41,7 @@ class GossipAveraging(Protocol):
         mask = sim.local.mask.to(dtype)
         flat = sim.local.x.reshape(sim.local.n, sim.local.x.shape[1], -1).to(dtype)
         x0 = (flat * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-        noise_gen = sim.seeds.torch("defense.noise", sim.device)
+        noise_gen = sim.seeds.torch("defense.noise")
         x = sim.defense.messages(x0, 0, noise_gen)
         mean = x0.mean(0)
         # Chebyshev acceleration (Montijano et al.): x^{k+1} = w_k (W x^k) + (1 - w_k) x^{k-1}

@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 from torch.func import grad, hessian, vmap
 
+from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad_value
@@ -206,10 +207,8 @@ class PDMM(Protocol):
             positions(directed, sim.recorder.senders, sim.recorder.receivers, n), device=device
         )
         w = model.init(n, sim.seeds.seed("init")).to(device, dtype)
-        z = self.z_std * torch.randn(
-            len(directed), model.p, generator=sim.seeds.torch("pdmm.z0", device), dtype=dtype, device=device
-        )
-        noise = sim.seeds.torch("defense.noise", device)
+        z = self.z_std * rng.normal((len(directed), model.p), sim.seeds.torch("pdmm.z0"), device, dtype)
+        noise = sim.seeds.torch("defense.noise")
         x, y, mask = local.x, local.y, local.mask.to(dtype)
         evaluate = Evaluator(model, sim.dataset, local, device)
         evals = eval_rounds(self.rounds, self.eval_every)
@@ -241,7 +240,7 @@ class PDMM(Protocol):
         summary.update(self.convergence(torch.stack(residuals).cpu(), torch.stack(inner).cpu()))
         trajectory = torch.stack(models).cpu()
         summary["pdmm_last_change"] = last_change(trajectory)
-        own = torch.as_tensor(sim.adversary.nodes, dtype=torch.int64)
+        own = torch.as_tensor(sim.adversary.nodes, dtype=torch.int64, device=trajectory.device)
         return Outcome(
             history,
             w,

@@ -104,7 +104,7 @@ class PDMMCentralized(PDMM):
         rho = torch.full((k,), self.rho, dtype=dtype, device=device)
         z_down = initial.expand(k, -1).clone()  # z_{s|i}^0: the server broadcasts its initial model
         w_clients, w_server = z_down.clone(), initial.clone()
-        noise = sim.seeds.torch("defense.noise", device)
+        noise = sim.seeds.torch("defense.noise")
         evaluate = Evaluator(model, sim.dataset, local, device)
         evals = eval_rounds(self.rounds, self.eval_every)
         models, rows, residuals, inner, memory = [], [], [], [], None

@@ -15,6 +15,7 @@ import copy
 import numpy as np
 import torch
 
+from decpriv import rng
 from decpriv.adversary.recorder import Recorder
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
@@ -157,9 +158,9 @@ class GradientTrials:
     def release(self, defense: Defense, values: torch.Tensor, step: int, generator, pairs) -> torch.Tensor:
         mechanism = defense.mechanism()
         if mechanism.correlated:  # DECOR's gradients(), the clip taken coordinate by coordinate
-            private = torch.randn(values.shape, generator=generator, dtype=values.dtype)
-            secrets = defense.sigma_cor * torch.randn(
-                (self.incidence.shape[1], values.shape[1]), generator=pairs, dtype=values.dtype
+            private = rng.normal(values.shape, generator, values.device, values.dtype)
+            secrets = defense.sigma_cor * rng.normal(
+                (self.incidence.shape[1], values.shape[1]), pairs, values.device, values.dtype
             )
             clipped = clip_rows(values[..., None], defense.clip)[..., 0]
             messages = clipped + defense.sigma_cdp * private + self.incidence @ secrets

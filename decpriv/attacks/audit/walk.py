@@ -12,6 +12,7 @@ paths and no Gaussian shift: only the assumption-free (epsilon, delta) bound is 
 import numpy as np
 import torch
 
+from decpriv import rng
 from decpriv.attacks.audit.mechanisms import Canary
 from decpriv.rng import Seeds
 
@@ -30,7 +31,7 @@ class WalkTrials:
         then (in units of -lr)."""
         n = len(self.cdf)
         walk, noise = seeds.torch("protocol.walk"), seeds.torch("defense.noise")
-        holder = torch.randint(n, (trials,), generator=walk)
+        holder = rng.integers(0, n, trials, walk)
         visits = torch.zeros(trials, n, dtype=torch.float64)
         noisy = torch.zeros(trials, dtype=torch.float64)
         seen_visits = torch.zeros(n, trials, n, dtype=torch.float64)
@@ -42,7 +43,7 @@ class WalkTrials:
             seen_noise[holder, columns] = noisy
             visits[columns, holder] += 1.0
             noisy += self.defense.gradients(zero, None, None, None, None, t, noise)[0, :, 0]
-            u = torch.rand(trials, generator=walk, dtype=torch.float64)
+            u = rng.uniform(trials, walk, dtype=torch.float64)
             holder = (self.cdf[holder] <= u[:, None]).sum(1).clamp(max=n - 1)
         return seen_visits, seen_noise
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import grad, grad_and_value, vmap
 
+from decpriv import rng
 from decpriv.attacks.inversion.costs import COSTS, total_variation
 from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
 from decpriv.attacks.inversion.optimisers import adam, lbfgs
@@ -178,23 +179,22 @@ def _initial(
     data_range: tuple[float, float] | None,
     basis: torch.Tensor | None,
     config: InversionConfig,
-    generator: torch.Generator | None,
+    generator: torch.Generator,
     like: torch.Tensor,
 ) -> torch.Tensor:
     """(N, nx [+ B C]) starting points: inputs drawn by ``config.init`` (in the basis' coordinates, the
     draw's projection), then soft-label logits ~ N(0, 1)."""
     n, batch = problem.labels.shape
     width = problem.nx if basis is None else batch * basis.shape[0]
-    source = generator.device if generator is not None else like.device
 
     def normal(columns: int) -> torch.Tensor:
-        return torch.randn((n, columns), generator=generator, dtype=like.dtype, device=source).to(like.device)
+        return rng.normal((n, columns), generator, like.device, like.dtype)
 
     if config.init == "zeros":
         u = like.new_zeros(n, width)
     elif config.init == "rand":
         low, high = data_range if data_range is not None else (0.0, 1.0)
-        base = torch.rand((n, width), generator=generator, dtype=like.dtype, device=source).to(like.device)
+        base = rng.uniform((n, width), generator, like.device, like.dtype)
         u = low + (high - low) * base
     else:
         u = normal(width)
@@ -236,6 +236,8 @@ def invert(
     problem = _Problem(
         candidates, candidates.repeat_interleave(config.restarts, 0), batch_size * per_input, soft
     )
+    if generator is None:  # a fixed stream, so that a call without one still repeats itself
+        generator = rng.Seeds(0).torch("attack.inversion")
     u0 = _initial(problem, num_classes, data_range, basis, config, generator, params)
     objective, inputs = _objective(model, params, target, input_shape, num_classes, problem, basis, config)
     project = _projection(problem.nx, data_range, config.box)

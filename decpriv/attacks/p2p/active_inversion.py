@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv import rng
 from decpriv.adversary.behaviour import Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
@@ -35,7 +36,7 @@ def trap_weights(
     """(h, d) Gaussian rows and (h,) biases putting each unit's firing rate on ``own`` data (m, d) at
     1 / (2 batch), so that in a batch of ``batch`` most firing units see a single sample."""
     h, d = shape
-    W = torch.randn(h, d, generator=generator, dtype=own.dtype)
+    W = rng.normal((h, d), generator, own.device, own.dtype)
     pre = own @ W.T  # (m, h)
     b = -torch.quantile(pre, 1 - 1 / (2 * batch), dim=0)
     return W, b

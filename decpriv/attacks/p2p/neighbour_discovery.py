@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv import rng
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
@@ -146,9 +147,9 @@ class NeighbourDiscovery(Attack):
         rounds = recorded_rounds(view.transcript)
         h, d = view.model.shapes[0]
         rank = view.plan
-        gen = torch.Generator().manual_seed(view.seeds.seed("attack.sketch"))
-        psi = torch.randn(rank, h, generator=gen, dtype=torch.float64)
-        omega = torch.randn(d, rank, generator=gen, dtype=torch.float64)
+        gen = view.seeds.torch("attack.sketch")
+        psi = rng.normal((rank, h), gen, dtype=torch.float64)
+        omega = rng.normal((d, rank), gen, dtype=torch.float64)
 
         def first_layer(pool: np.ndarray) -> torch.Tensor:
             U = updates(view.transcript, pool)

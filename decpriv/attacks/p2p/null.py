@@ -14,6 +14,8 @@ Conventions: a LOWER score means "member"; ``valid`` masks the padding of rows o
 import numpy as np
 import torch
 
+from decpriv import rng
+
 FPRS = {"tpr_at_1pct_fpr": 0.01, "tpr_at_0.1pct_fpr": 0.001}
 STATISTICS = ("advantage", "auc", *FPRS)
 
@@ -75,7 +77,7 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
 def shuffled_labels(labels: torch.Tensor, valid: torch.Tensor, count: int, generator: torch.Generator):
     """(K, count, N): ``count`` uniform random relabellings of each row, each keeping the row's number of
     members among its valid entries (ranks of i.i.d. uniform keys, padding ranked last)."""
-    keys = torch.rand((*valid.shape[:1], count, valid.shape[1]), generator=generator, dtype=torch.float64)
+    keys = rng.uniform((*valid.shape[:1], count, valid.shape[1]), generator, valid.device, torch.float64)
     keys = torch.where(valid[:, None, :], keys, 2.0)
     rank = keys.argsort(-1).argsort(-1)
     return rank < (labels & valid).sum(1)[:, None, None]

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv import rng
 from decpriv.adversary.adversary import SybilPair
 from decpriv.adversary.recorder import Transcript
 from decpriv.adversary.view import AttackContext, View
@@ -102,7 +103,7 @@ def evade(view: View, pair: SybilPair, generator: torch.Generator) -> Evasion:
         bases[follows] = aggregate[follows - 1]
     received = received_from(T, rows, v, a)
     scale = torch.nan_to_num(received, nan=0.0).abs().amax(1, keepdim=True)
-    uniform = torch.rand(received.shape, generator=generator, dtype=received.dtype)
+    uniform = rng.uniform(received.shape, generator, received.device, received.dtype)
     return Evasion(rounds, recovered, received, aggregate, bases, (2 * uniform - 1) * scale)
 
 

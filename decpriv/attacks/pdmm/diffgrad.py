@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
+from decpriv import rng
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
@@ -233,7 +234,7 @@ class DiffGrad(Attack):
             return Reconstruction(
                 victims, list(x), [unknown] * len(victims), [0.0] * len(victims), t_max, "analytic", settling
             )
-        generator = torch.Generator().manual_seed(view.seeds.seed(f"attack.{self.name}"))
+        generator = view.seeds.torch(f"attack.{self.name}")
         if self.anchor == "joint":
             xs, ys, objectives = self.fit_jointly(view, leak, target, batch, generator)
             return Reconstruction(victims, xs, ys, objectives, t_max, JOINT, settling)
@@ -279,7 +280,7 @@ class DiffGrad(Attack):
                 joint_fit(
                     problem,
                     reduce(leak.trajectory[-1, v]),
-                    torch.randn(batch, basis.shape[1], generator=generator, dtype=torch.float64),
+                    rng.normal((batch, basis.shape[1]), generator, basis.device, torch.float64),
                     uniform,
                     self.joint_iterations,
                 )
