@@ -30,6 +30,7 @@ from decpriv.attacks.base import Attack
 from decpriv.built import Setup
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
+from decpriv.device import device_name, resolve_device
 from decpriv.errors import ConfigError, Diverged, bad_value
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
@@ -42,14 +43,6 @@ from decpriv.rng import ScopedSeeds, Seeds, scoped
 from decpriv.seal import Sealed
 from decpriv.truth import Truth
 from decpriv.validation import PLUGIN_GROUPS, validate
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise bad_value("device", name, "no CUDA GPU is visible", "use device=auto or device=cpu")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def build_plugin(node: DictConfig, **kwargs: Any) -> Any:
@@ -429,6 +422,7 @@ def _pipeline(
     sealed, plan = None, None
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
+        ran_on(setup.device, folder, config_columns)
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:  # the process starts now and imports while the protocol runs
             module = type(setup.attack).__module__
@@ -464,6 +458,13 @@ def _pipeline(
         if sealed is not None:
             sealed.close()
     return folder.path
+
+
+def ran_on(device: torch.device, folder: RunFolder, config_columns: dict[str, Any]) -> None:
+    """Record the device that runs (``cpu`` or ``cuda``, never ``auto``) and its name, in run.json and
+    summary.csv; the config digest keeps what was asked, so ``device=auto`` resumes its own runs."""
+    config_columns.update(device=device.type, device_name=device_name(device))
+    folder.meta.update(device=device.type, device_name=config_columns["device_name"])
 
 
 def acts_during_run(attack: Attack) -> bool:

@@ -131,7 +131,7 @@ class Network:
         # built and coalesced on the CPU, then moved: one summation order whatever the device
         indices = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64, device="cpu")
         values = torch.as_tensor(coo.data, dtype=dtype, device="cpu")
-        coo_tensor = torch.sparse_coo_tensor(indices, values, coo.shape, check_invariants=True)
+        coo_tensor = torch.sparse_coo_tensor(indices, values, coo.shape, device="cpu", check_invariants=True)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
             return coo_tensor.coalesce().to_sparse_csr().to(device)
