@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench lint format clean slurm
+.PHONY: run test test-slow bench gpu-check lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,6 +27,12 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# On a GPU machine (no .venv needed: its python3 with decpriv's wheels, ../shared/gpu/README.md): cpu vs
+# cuda tables of every protocol, attack family, audit and accountant, then the GPU benchmarks; one table.
+GPU_PY ?= python3
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.gpu_check
 
 lint: $(STAMP)
 	$(BIN)/ruff check decpriv hydra_plugins tests benchmarks

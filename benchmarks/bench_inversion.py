@@ -38,8 +38,8 @@ def main() -> None:
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(f"{'device':6} {'model':4} {'restarts':>8} {'stacked it/s':>13} {'loop it/s':>10} {'speed-up':>9}")
     for device in devices:
-        for name, model in (("mlp", mlp(SHAPE, 10, hidden=[100])), ("cnn", cnn(SHAPE, 10))):
-            model.to(torch.device(device))
+        for name, built in (("mlp", mlp(SHAPE, 10, hidden=[100])), ("cnn", cnn(SHAPE, 10))):
+            model = built.on(device)
             theta = model.init(1, 0)[0].to(device)
             x, y = ds.x_train[:1].to(device), ds.y_train[:1].to(device)
             target = grad(model.loss)(theta, x, y)

@@ -147,3 +147,16 @@ def test_the_checks_read_real_code():
     seen = [torch_call(func) for path in sources(*ON_DEVICE) for _, func in calls(path)]
     assert seen.count("zeros") > 10 and seen.count("as_tensor") > 10
     assert len(sources(*ON_DEVICE)) > 30
+
+
+def test_auto_records_the_device_that_ran(tmp_path):
+    """``device=auto`` is the request; run.json and summary.csv name the device that ran and its name."""
+    import json
+
+    from decpriv import api
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    result = api.run(["~attack", "protocol.rounds=1", "device=auto", "plots=false"], tmp_path / "auto")
+    meta = json.loads((result.path / "run.json").read_text())
+    assert meta["device"] == expected and result.summary["device"] == expected
+    assert meta["device_name"] == result.summary["device_name"] != ""
