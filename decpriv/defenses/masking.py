@@ -77,7 +77,7 @@ class Ring:
         return signed.to(torch.float64) / 2.0**self.precision
 
     def uniform(
-        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device | str = "cpu"
     ) -> torch.Tensor:
         return rng.integers(0, self.modulus, shape, generator, device)
 
