@@ -72,13 +72,13 @@ class CkksParameters:
                 "20 to 60 bits",
                 f"use e.g. [60, 40, 40, 60] at N=8192, or primes summing to <= {top}",
             )
-        if not 20 <= self.scale_bits < bits[0]:
+        if self.scale_bits >= bits[0]:
             raise bad_value(
                 "defense.scale_bits",
                 self.scale_bits,
-                f"the encoding scale must be at least 2^20 and below the first prime (2^{bits[0]}), which "
-                "holds the value's integer part",
-                f"use 20 <= defense.scale_bits <= {bits[0] - 1}",
+                f"the encoding scale must stay below the first prime (2^{bits[0]}), which also holds the "
+                "values' integer part",
+                f"use defense.scale_bits <= {bits[0] - 1}, e.g. 40 with a first prime of 60 bits",
             )
 
 
@@ -106,7 +106,9 @@ class KeyHolders:
         slots, chunks = self.params.slots, self.chunks(len(update))
         padded = np.zeros(slots * chunks)
         padded[: len(update)] = update
-        plain = self._ts.plain_tensor(padded.reshape(chunks, slots).T)
+        packed = padded.reshape(chunks, slots).T
+        # TenSEAL 0.3 batches a (slots, 1) tensor as its first value repeated: one ciphertext goes flat
+        plain = self._ts.plain_tensor(packed[:, 0] if chunks == 1 else packed)
         return self._ts.ckks_tensor(self._secret, plain, batch=True).serialize()
 
     def decrypt(self, ciphertext: bytes, p: int) -> np.ndarray:
