@@ -115,3 +115,16 @@ def test_the_default_run_keeps_the_unprotected_accuracy(cli):
     he = summary_of(cli("run", "protocol=fedavg", "defense=homomorphic", check=True))
     assert abs(he.test_accuracy - plain.test_accuracy) <= 0.01
     assert he.he_expansion_over_float32 > 1 and he.he_max_abs_error < 1e-6
+
+
+def test_gradient_inversion_of_the_server_view_says_it_has_only_ciphertexts():
+    overrides = ["data=digits", "model=softmax", "protocol=fedsgd", "topology=complete", "topology.n=4"]
+    overrides += ["protocol.rounds=2", "attack=idlg", "adversary=server", "defense=homomorphic"]
+    setup = build(compose_config([*overrides, *SMALL_CKKS])[0])
+    outcome, view = simulate(setup)
+    findings = setup.attack.run(view)
+    assert findings.encrypted and not findings.inversions
+    truth = Truth(setup.dataset, setup.local, outcome.final, outcome.truth)
+    summary = setup.attack.evaluate(findings, truth, view).summary
+    assert summary["attack_ciphertexts_only"] == 1
+    assert "nothing to invert, the server holds only ciphertexts" in summary["verdict"]
