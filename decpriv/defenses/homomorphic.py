@@ -64,7 +64,8 @@ class CkksParameters:
         """Refuse parameters below 128-bit security or that SEAL rejects, naming the fix."""
         n, bits = self.poly_modulus_degree, self.coeff_mod_bit_sizes
         top = MAX_MODULUS_BITS_128[n]
-        if len(bits) < 2 or not all(20 <= b <= 60 for b in bits) or sum(bits) > top:
+        primes = all(isinstance(b, int) and 20 <= b <= 60 for b in bits)
+        if len(bits) < 2 or not primes or sum(bits) > top:
             raise bad_value(
                 "defense.coeff_mod_bit_sizes",
                 list(bits),
@@ -150,6 +151,8 @@ class Homomorphic(Defense):
         self._errors: list[float] = []
 
     def bind(self, setup: Built) -> None:
+        from decpriv.protocols.fedavg import client_nodes
+
         protocol = setup.protocol
         if protocol.name not in PROTOCOLS:
             raise bad_value(
@@ -162,8 +165,6 @@ class Homomorphic(Defense):
         self._keys = KeyHolders(self.params)
         self._server = Server(self._keys.public_context)
         self._p = setup.model.p
-        from decpriv.protocols.fedavg import client_nodes
-
         nodes = np.asarray(setup.adversary.nodes, dtype=np.int64)
         self._attackers = torch.as_tensor(nodes, device=setup.device)
         # one shared key: a corrupt client hands it to the adversary, which then decrypts every update
