@@ -128,3 +128,29 @@ def test_gradient_inversion_of_the_server_view_says_it_has_only_ciphertexts():
     summary = setup.attack.evaluate(findings, truth, view).summary
     assert summary["attack_ciphertexts_only"] == 1
     assert "nothing to invert, the server holds only ciphertexts" in summary["verdict"]
+
+
+def test_a_sweep_report_plots_a_metric_that_a_defense_leaves_untested(tmp_path, capsys):
+    """Under homomorphic encryption the server's per-update MIA has no AUC: the report plots it over
+    the jobs that have one instead of refusing the column."""
+    import json
+
+    from decpriv.cli import main
+
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - defense=none,homomorphic,ledger\n"
+    )
+    rows = [
+        {"defense": "none", "mia_fl_update_auc": 0.61, "test_accuracy": 0.93},
+        {"defense": "homomorphic", "mia_fl_update_ciphertexts_only": 108, "test_accuracy": 0.93},
+        {"defense": "ledger", "mia_fl_update_auc": 0.62, "test_accuracy": 0.92},
+    ]
+    for job, row in enumerate(rows):
+        (sweep / str(job)).mkdir()
+        (sweep / str(job) / "run.json").write_text(json.dumps({"status": "completed", "metrics": [*row][1:]}))
+        pd.DataFrame([{"status": "completed", **row}]).to_csv(sweep / str(job) / "summary.csv", index=False)
+    assert main(["report", str(sweep)]) == 0
+    capsys.readouterr()
+    assert (sweep / "report" / "plots" / "mia_fl_update_auc_vs_defense.png").exists()
