@@ -154,3 +154,36 @@ def test_a_sweep_report_plots_a_metric_that_a_defense_leaves_untested(tmp_path, 
     assert main(["report", str(sweep)]) == 0
     capsys.readouterr()
     assert (sweep / "report" / "plots" / "mia_fl_update_auc_vs_defense.png").exists()
+
+
+def check_comparison(sweep: Path) -> None:
+    """The dml_slides_defenses claim on a finished sweep of the preset."""
+    import subprocess
+    import sys
+
+    rows = pd.concat([pd.read_csv(job / "summary.csv") for job in sweep.iterdir() if job.name.isdigit()])
+    rows = rows.assign(defense=rows.defense.replace({"Defense": "none"})).set_index("defense")
+    none = rows.loc["none"]
+    for exact in ("secret_sharing", "secure_aggregation", "homomorphic", "ledger"):
+        assert abs(rows.loc[exact, "test_accuracy"] - none.test_accuracy) <= 0.01, exact
+    assert rows.loc["dpsgd", "test_accuracy"] < none.test_accuracy - 0.01  # DP costs accuracy
+    assert none.mia_fl_update_auc > none.mia_fl_update_auc_null_hi  # the undefended server infers
+    for hiding in ("secret_sharing", "secure_aggregation"):
+        assert rows.loc[hiding, "mia_fl_update_auc"] <= rows.loc[hiding, "mia_fl_update_auc_null_hi"]
+    assert rows.loc["homomorphic", "mia_fl_update_ciphertexts_only"] == 36 * 4  # rounds 0, 10, 20, 29
+    assert rows.loc["ledger", "mia_fl_update_auc"] == pytest.approx(none.mia_fl_update_auc, abs=1e-9)
+    assert (
+        rows.loc["homomorphic", "he_bytes_per_round"] > 5 * rows.loc["secret_sharing", "ss_bytes_per_round"]
+    )
+    assert pd.isna(rows.loc["ledger", "ledger_detected_round"])  # an honest aggregator: nothing detected
+    root = Path(__file__).parents[1]
+    script = [sys.executable, "-m", "benchmarks.defense_comparison", str(sweep)]
+    printed = subprocess.run(script, cwd=root, capture_output=True, text=True, check=True).stdout
+    assert "| `homomorphic` |" in printed and "ciphertexts only" in printed
+
+
+@pytest.mark.slow
+def test_the_comparison_preset_measures_the_slides_claims(cli, tmp_path):
+    """experiment=dml_slides_defenses: 6 jobs, about 6 minutes on 2 loaded cores."""
+    cli("run", "-m", "experiment=dml_slides_defenses", "hydra.sweep.dir=sweep", check=True)
+    check_comparison(tmp_path / "sweep")
