@@ -57,7 +57,8 @@ def test_an_honest_run_builds_a_chain_every_node_verifies_and_trains_as_fedavg()
     ],
 )
 def test_a_tampering_aggregator_is_caught_in_the_round_it_starts(tamper, reason):
-    ledger, outcome = run("defense=ledger", f"defense.tamper={tamper}", "defense.tamper_from=2")
+    with pytest.warns(UserWarning, match="the nodes reject round 2's block"):
+        ledger, outcome = run("defense=ledger", f"defense.tamper={tamper}", "defense.tamper_from=2")
     summary = ledger.summary()
     assert summary["ledger_detected_round"] == 2 and reason in summary["ledger_detection"]
     assert summary["ledger_rejected_rounds"] == 3 and len(ledger.chain) == 2

@@ -24,6 +24,7 @@ opening; ``drop`` leaves that client out of the aggregate and of the openings.
 
 import hashlib
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -159,6 +160,11 @@ class UpdateLedger(Defense):
             self.rejected += 1
             if self.detected is None:
                 self.detected = (round_, failure)
+                warnings.warn(
+                    f"ledger: the nodes reject round {round_}'s block ({failure}) and every block that fails "
+                    "after it, keeping the last verified global model",
+                    stacklevel=2,
+                )
             return held
         self.chain.append(block)
         self.head = block.digest()
