@@ -184,6 +184,6 @@ def check_comparison(sweep: Path) -> None:
 
 @pytest.mark.slow
 def test_the_comparison_preset_measures_the_slides_claims(cli, tmp_path):
-    """experiment=dml_slides_defenses: 6 jobs, about 6 minutes on 2 loaded cores."""
+    """experiment=dml_slides_defenses: 6 jobs, 7 minutes on 2 loaded cores."""
     cli("run", "-m", "experiment=dml_slides_defenses", "hydra.sweep.dir=sweep", check=True)
     check_comparison(tmp_path / "sweep")
