@@ -239,7 +239,8 @@ class Homomorphic(Defense):
             "he_ciphertexts_per_update": -(-self._p // params.slots),
             "he_bytes_per_update": per_update,
             "he_expansion_over_float32": per_update / (4 * self._p) if self._p else float("nan"),
-            "he_bytes_per_round": (cost["bytes_up"] + cost["bytes_down"]) / rounds,
+            "he_bytes_per_round": cost["bytes_up"] / rounds,  # the clients' uploads, as sa_/ss_bytes count
+            "he_sum_bytes": cost["bytes_down"] / rounds,  # the encrypted sum the server returns
             "he_encrypt_seconds_per_round": cost["encrypt"] / rounds,
             "he_aggregate_seconds_per_round": cost["aggregate"] / rounds,
             "he_decrypt_seconds_per_round": cost["decrypt"] / rounds,
