@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 # the slides' comparison table ("Privacy in DML", "Comparison"): security level, computational overhead,
@@ -67,7 +68,7 @@ def jobs(sweep: Path) -> pd.DataFrame:
 
 
 def timed(row: pd.Series) -> str:
-    """The seconds a round the defense's own timer measured (HE, ledger), blank where it has none."""
+    """The seconds a round the defense's own timer measured in the run (HE, ledger), blank where none."""
     if pd.notna(row.get("he_encrypt_seconds_per_round")):
         steps = ("encrypt", "aggregate", "decrypt")
         parts = [row[f"he_{step}_seconds_per_round"] for step in steps]
@@ -75,6 +76,35 @@ def timed(row: pd.Series) -> str:
     if pd.notna(row.get("ledger_commit_seconds_per_round")):
         return f"{row.ledger_commit_seconds_per_round + row.ledger_verify_seconds_per_round:.3f}"
     return ""
+
+
+def aggregation_seconds(defense: str, repeats: int = 7) -> float:
+    """Median seconds of one server round of ``defense`` (``Defense.federate``) alone, on the preset's 36
+    clients' random updates of its model's size, after one warm-up round, on one thread: every defense
+    timed the same way, apart from training (DP's cost is in its per-example gradients, not here)."""
+    import time
+
+    import torch
+
+    from decpriv.adversary.recorder import Recorder
+    from decpriv.api import compose_config
+    from decpriv.experiment import build
+
+    setup = build(compose_config(["experiment=dml_slides_defenses", f"defense={defense}"])[0])
+    n, p = setup.network.n, setup.model.p
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.full((n,), 16.0)
+    chosen, held = torch.arange(n), torch.zeros(p)
+    recorder = Recorder.broadcast(torch.arange(n).numpy(), enabled=False)
+    torch.set_num_threads(1)  # 2 shared cores: threads only contend with the other users' work
+    times = []
+    setup.defense.federate(0.1 * torch.randn(n, p, generator=generator), weights, chosen, held, recorder, 0)
+    for round_ in range(1, repeats + 1):
+        updates = 0.1 * torch.randn(n, p, generator=generator)
+        clock = time.perf_counter()
+        setup.defense.federate(updates, weights, chosen, held, recorder, round_)
+        times.append(time.perf_counter() - clock)
+    return float(np.median(times))
 
 
 def hides(row: pd.Series) -> str:
@@ -91,16 +121,17 @@ def table(sweep: Path) -> str:
     parameters = he.he_bytes_per_update / he.he_expansion_over_float32 / 4  # p, as the HE job packed it
     plain = 4 * parameters * base.nodes  # every client's float32 update
     lines = [
-        "| defense | hides | slides: security / compute / accuracy | s / round, own timer | s / round, "
-        "simulate vs none | MB / round | test accuracy (vs none) | server MIA on each update | users' MIA "
-        "on the aggregate |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| defense | hides | slides: security / compute / accuracy | aggregation s / round, timed alone | "
+        "s / round, the run's own timer | s / round, simulate vs none | MB / round | test accuracy (vs none) "
+        "| server MIA on each update | users' MIA on the aggregate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, row in summary.iterrows():
         levels = " / ".join(SLIDES[row.defense]) if row.defense in SLIDES else "-"
         overhead = (row.simulate - base.simulate) / rounds
         lines.append(
-            f"| `{row.defense}` | {hides(row)} | {levels} | {timed(row)} | {overhead:+.2f} | "
+            f"| `{row.defense}` | {hides(row)} | {levels} | {aggregation_seconds(row.defense):.3f} | "
+            f"{timed(row)} | {overhead:+.2f} | "
             f"{bytes_per_round(row, plain) / 1e6:.2f} | {row.test_accuracy:.3f} "
             f"({row.test_accuracy - base.test_accuracy:+.3f}) | {auc(row, 'fl_update')} | "
             f"{auc(row, 'fl_global')} |"
