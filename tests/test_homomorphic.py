@@ -53,7 +53,7 @@ def test_fedavg_under_homomorphic_encryption_trains_the_same_model_and_hides_eac
     assert torch.isnan(view.transcript.values).all() and view.transcript.encrypted.all()
     assert torch.allclose(view.transcript.aggregates[-1, 0], he.final[0], atol=1e-6)
     summary = setup.defense.summary()
-    assert 0 < summary["he_max_abs_error"] < 1e-6
+    assert 0 < summary["he_max_abs_error"] < 1e-6 and not summary["he_adversary_holds_key"]
     assert summary["he_ciphertexts_per_update"] == 1  # softmax on digits: 650 parameters, 2048 slots
     assert summary["he_expansion_over_float32"] > 10  # one 2048-slot ciphertext for 650 values
     assert summary["he_bytes_per_round"] == pytest.approx(6 * summary["he_bytes_per_update"])  # 6 uploads
@@ -72,8 +72,8 @@ def test_fedavg_under_homomorphic_encryption_trains_the_same_model_and_hides_eac
 def test_a_corrupt_client_holds_the_shared_key_and_reads_every_update():
     base = ["attack=mia", "adversary=server", "adversary.nodes=[2]", "attack.permutations=40"]
     _, plain, plain_view = pipeline(base)
-    _, he, view = pipeline([*base, "defense=homomorphic", *SMALL_CKKS])
-    assert not view.transcript.encrypted.any()
+    setup, he, view = pipeline([*base, "defense=homomorphic", *SMALL_CKKS])
+    assert not view.transcript.encrypted.any() and setup.defense.summary()["he_adversary_holds_key"]
     assert torch.allclose(view.transcript.values, plain_view.transcript.values, atol=1e-6)
 
 

@@ -149,6 +149,7 @@ class Homomorphic(Defense):
         self._cost = {"bytes_up": 0, "bytes_down": 0, "encrypt": 0.0, "aggregate": 0.0, "decrypt": 0.0}
         self._rounds, self._updates, self._p = 0, 0, 0
         self._errors: list[float] = []
+        self._key_leaked = False
 
     def bind(self, setup: Built) -> None:
         from decpriv.protocols.fedavg import client_nodes
@@ -236,6 +237,8 @@ class Homomorphic(Defense):
             "he_coeff_mod_bit_sizes": "-".join(map(str, params.coeff_mod_bit_sizes)),
             "he_scale_bits": params.scale_bits,
             "he_security_bits": 128,
+            "he_key": "one secret key shared by the clients",
+            "he_adversary_holds_key": self._key_leaked,  # it controls a client: every update in the clear
             "he_ciphertexts_per_update": -(-self._p // params.slots),
             "he_bytes_per_update": per_update,
             "he_expansion_over_float32": per_update / (4 * self._p) if self._p else float("nan"),
