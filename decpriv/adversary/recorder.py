@@ -5,6 +5,8 @@ senders (broadcast protocols) or on observed edges (per-edge protocols) are copi
 A defense that masks messages per receiver (secure aggregation) switches the columns to the edges the
 adversary receives on (:meth:`Recorder.per_receiver`), adds the aggregates the corrupt nodes obtain, and
 keeps the plain messages apart for scoring only (:meth:`Recorder.truth`, never in the Transcript).
+A defense that encrypts messages (homomorphic encryption) marks the ones the adversary holds only as
+ciphertexts (:meth:`Recorder.mark_encrypted`): their values carry no plaintext (NaN).
 """
 
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ class Transcript:
     times: np.ndarray
     values: torch.Tensor
     aggregates: torch.Tensor | None = None  # (R, |A|, p) each corrupt node's secure-aggregation output
+    encrypted: torch.Tensor | None = None  # (R, K) True: the adversary holds only a ciphertext of the message
 
     def columns(self, senders: np.ndarray, receivers: np.ndarray) -> np.ndarray:
         """The column of each (sender, receiver) pair (the first one recorded), -1 where none was."""
@@ -58,6 +61,7 @@ class Recorder:
         self._values: list[torch.Tensor] = []
         self._aggregates: list[torch.Tensor] = []
         self._plain: list[torch.Tensor] = []
+        self._encrypted: list[torch.Tensor] = []
         self.plain_senders = np.unique(self.senders)
 
     @classmethod
@@ -84,6 +88,14 @@ class Recorder:
         self.receivers = np.asarray(receivers, dtype=np.int64)
         self.plain_senders = np.unique(self.senders)
 
+    def mark_encrypted(self, encrypted: torch.Tensor) -> None:
+        """After each :meth:`record` of broadcast messages: (n,) True where the adversary holds only a
+        ciphertext of that node's message."""
+        if not self.enabled:
+            return
+        rows = encrypted[torch.as_tensor(self.senders, device=encrypted.device)]
+        self._encrypted.append(rows.detach().to("cpu", copy=True))
+
     def record_hidden(self, aggregates: torch.Tensor, plain: torch.Tensor) -> None:
         """After :meth:`record` of masked messages: the corrupt nodes' (|A|, p) aggregates (seen) and the
         (n, p) plain messages (ground truth of the observed senders, for scoring only)."""
@@ -104,10 +116,12 @@ class Recorder:
             torch.stack(self._values) if self._values else torch.empty(0, self.senders.size, 0, device="cpu")
         )
         aggregates = torch.stack(self._aggregates) if self._aggregates else None
+        encrypted = torch.stack(self._encrypted) if self._encrypted else None
         return Transcript(
             self.senders,
             self.receivers,
             np.array(self._times, dtype=np.int64).reshape(-1, 2),
             values,
             aggregates,
+            encrypted,
         )

@@ -68,6 +68,17 @@ def fedsgd_leak(view: View, client: int, round_: int = 0) -> tuple[torch.Tensor,
     return point, (point - sent) / float(view.hyper["lr"])
 
 
+def encrypted(view: View, clients: np.ndarray, round_: int) -> bool:
+    """Whether the server holds only ciphertexts of these clients' updates of ``round_`` (homomorphic
+    encryption without a key-holding corrupt client)."""
+    marked = view.transcript.encrypted
+    if marked is None:
+        return False
+    row = int(np.flatnonzero(view.transcript.times[:, 0] == round_)[0])
+    columns = view.transcript.columns(clients, -np.ones_like(clients))
+    return bool(marked[row, torch.as_tensor(columns)].any())
+
+
 def pdmm_centralized_leak(view: View, client: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(w_i^1, grad f_i(w_i^1)) from round 1's z_{s|i}^0 and z_{i|s}^1 (Yu 2023, Eq. 5.1)."""
     server = star_server(view.network)
@@ -136,6 +147,7 @@ class ServerPlan:
 class Reconstructions:
     victims: np.ndarray
     inversions: list[Inversion]
+    encrypted: bool = False  # the server holds only ciphertexts of the victims' updates: nothing inverted
 
 
 @checked("attack")
@@ -247,6 +259,8 @@ class GradientInversion(Attack):
 
     def run(self, view: View) -> Reconstructions:
         victims = client_nodes(view.network)[: self.victims]
+        if encrypted(view, victims, self.round):
+            return Reconstructions(victims, [], encrypted=True)
         leak = LEAKS[view.plan.protocol]
         if leak is fedsgd_leak:
             leak = partial(fedsgd_leak, round_=self.round)
@@ -280,6 +294,15 @@ class GradientInversion(Attack):
         return Reconstructions(victims, inversions)
 
     def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Findings:
+        if findings.encrypted:
+            clients = ", ".join(map(str, findings.victims))
+            return Findings(
+                summary={
+                    "attack_ciphertexts_only": len(findings.victims),
+                    "verdict": f"{self.name}: nothing to invert, the server holds only ciphertexts of the "
+                    f"round-{self.round} update(s) of client(s) {clients} and no secret key to read them.",
+                }
+            )
         data_range = view.data_spec.data_range or (0.0, 1.0)
         image = view.data_spec.is_image
         inversions = findings.inversions

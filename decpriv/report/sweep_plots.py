@@ -99,7 +99,12 @@ def default_plots(sweep: Sweep) -> dict[str, Figure]:
     x, hue = axes
     entries = {entry["metric"]: entry for entry in sweep.headline}
     metrics = [*entries, *[m for m in varying_metrics(sweep) if m not in entries]]
+    done = sweep.completed
+    # a job may lack a metric (an attack view a defense leaves nothing to test on): plot the jobs that have it
     return {
-        f"plots/{metric}_vs_{x}.png": plot(sweep.completed, x, metric, hue, baseline=entries.get(metric))
+        f"plots/{metric}_vs_{x}.png": plot(
+            done[done[metric].notna()], x, metric, hue, baseline=entries.get(metric)
+        )
         for metric in metrics[:MAX_DEFAULT_PLOTS]
+        if metric in done and done[metric].notna().any()
     }

@@ -22,6 +22,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import (
     closed,
+    columns,
     recorded_rounds,
     require_neighbours,
     updates,
@@ -46,6 +47,7 @@ class Targets:
 
     table: pd.DataFrame  # round, victim, attacker, view, consensus_estimate
     models: torch.Tensor  # (K, p)
+    encrypted: int = 0  # updates left untested: the server holds only their ciphertexts (no secret key)
 
 
 def consensus_estimate(received: torch.Tensor) -> torch.Tensor:
@@ -129,8 +131,20 @@ def fl_targets(view: View, rounds: np.ndarray) -> Targets:
         )
         for name in ("fl_update", "fl_global")
     ]
-    models = torch.cat([received.reshape(-1, received.shape[-1]), glob.reshape(-1, received.shape[-1])])
-    return Targets(pd.concat(tables, ignore_index=True), models)
+    readable = ~encrypted_updates(view, rows, n).reshape(-1)
+    models = torch.cat(
+        [received.reshape(-1, received.shape[-1])[readable], glob.reshape(-1, received.shape[-1])]
+    )
+    tables[0] = tables[0][readable.numpy()]
+    return Targets(pd.concat(tables, ignore_index=True), models, int((~readable).sum()))
+
+
+def encrypted_updates(view: View, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """(R, n) True where the server holds only a ciphertext of the update (homomorphic encryption)."""
+    encrypted = view.transcript.encrypted
+    if encrypted is None:
+        return torch.zeros(len(rows), n, dtype=torch.bool)
+    return encrypted[rows][:, torch.as_tensor(columns(view.transcript, np.arange(n)))]
 
 
 def global_models(view: View, rounds: np.ndarray, rows: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
@@ -488,7 +502,7 @@ class MembershipInference(Attack):
         return dl_targets(view, rounds, self.marginalize)
 
     def evaluate(self, findings: Targets, truth: Truth, view: View) -> Findings:
-        return mia_report(
+        report = mia_report(
             score_targets(
                 view.model,
                 findings,
@@ -500,3 +514,10 @@ class MembershipInference(Attack):
                 pool=self.non_members,
             )
         )
+        if findings.encrypted:
+            report.summary["mia_fl_update_ciphertexts_only"] = findings.encrypted
+            report.summary["verdict"] += (
+                f" fl_update: not tested, the server holds only ciphertexts of {findings.encrypted} "
+                "individual updates and no secret key to read them."
+            )
+        return report

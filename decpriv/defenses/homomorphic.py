@@ -1,0 +1,252 @@
+"""Homomorphic encryption of FedAvg/FedSGD updates: CKKS (Cheon, Kim, Kim, Song, "Homomorphic Encryption
+for Arithmetic of Approximate Numbers", ASIACRYPT 2017) through TenSEAL (Benaissa et al., "TenSEAL: A
+Library for Encrypted Tensor Operations Using Homomorphic Encryption", ICLR 2021 DPML workshop), which
+wraps Microsoft SEAL, the library the "Privacy in DML" slides name.
+
+Key holders and server: the clients share one CKKS secret key (TenSEAL has no threshold decryption, so
+no key committee); the server holds the public context only (encryption and evaluation keys, no secret
+key). Each round every chosen client encrypts its weighted update (n_u / sum n) theta_u, packed
+``slots`` = N / 2 values to a ciphertext (one batched CKKS tensor a client, one TenSEAL call), and sends
+the serialized ciphertexts; the server deserializes them under its public context, adds them and sends
+the serialized sum back; the key holders decrypt it: the new global model, exact up to CKKS's
+approximation error (about 2^-scale_bits per term, measured every round). Every step is real: real keys,
+real ciphertexts of the real updates, their real sizes and times.
+
+What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
+ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
+(``Transcript.aggregates``), which every client receives. A single shared key means any key holder can
+decrypt any update it intercepts: if the adversary controls a client (``adversary.nodes``), it holds the
+key and its record is every update in the clear.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import numpy as np
+import torch
+
+from decpriv.config_types import Range, checked
+from decpriv.defenses.base import Built, Defense
+from decpriv.errors import bad_value
+
+if TYPE_CHECKING:
+    from decpriv.adversary.recorder import Recorder
+
+PROTOCOLS = ("fedavg", "fedsgd")
+
+# Largest total coefficient modulus (bits) for 128-bit classical security with a ternary secret: the
+# HomomorphicEncryption.org standard (Albrecht et al. 2018, Table 1), SEAL's CoeffModulus::MaxBitCount.
+MAX_MODULUS_BITS_128 = {2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
+Degree = Literal[2048, 4096, 8192, 16384, 32768]
+
+
+@dataclass(frozen=True)
+class CkksParameters:
+    """CKKS's parameters: ring dimension N (N / 2 slots a ciphertext), the coefficient modulus's primes
+    (bits; the last is SEAL's special key-switching prime) and the encoding scale 2^scale_bits."""
+
+    poly_modulus_degree: int
+    coeff_mod_bit_sizes: tuple[int, ...]
+    scale_bits: int
+
+    @property
+    def slots(self) -> int:
+        return self.poly_modulus_degree // 2
+
+    @property
+    def limit(self) -> float:
+        """Largest magnitude a decrypted value may have: scaled, it must stay below half the modulus the
+        ciphertext lives in (every prime but the special one), with one bit of margin."""
+        return float(2.0 ** (sum(self.coeff_mod_bit_sizes[:-1]) - self.scale_bits - 2))
+
+    def check(self) -> None:
+        """Refuse parameters below 128-bit security or that SEAL rejects, naming the fix."""
+        n, bits = self.poly_modulus_degree, self.coeff_mod_bit_sizes
+        top = MAX_MODULUS_BITS_128[n]
+        primes = all(isinstance(b, int) and 20 <= b <= 60 for b in bits)
+        if len(bits) < 2 or not primes or sum(bits) > top:
+            raise bad_value(
+                "defense.coeff_mod_bit_sizes",
+                list(bits),
+                f"128-bit security at N={n} allows at most {top} bits in all, as two or more primes of "
+                "20 to 60 bits",
+                f"use e.g. [60, 40, 40, 60] at N=8192, or primes summing to <= {top}",
+            )
+        if self.scale_bits >= bits[0]:
+            raise bad_value(
+                "defense.scale_bits",
+                self.scale_bits,
+                f"the encoding scale must stay below the first prime (2^{bits[0]}), which also holds the "
+                "values' integer part",
+                f"use defense.scale_bits <= {bits[0] - 1}, e.g. 40 with a first prime of 60 bits",
+            )
+
+
+class KeyHolders:
+    """The clients' side: the shared secret key; encrypts updates and decrypts the server's sum."""
+
+    def __init__(self, params: CkksParameters):
+        import tenseal as ts
+
+        self._ts, self.params = ts, params
+        self._secret = ts.context(
+            ts.SCHEME_TYPE.CKKS,
+            poly_modulus_degree=params.poly_modulus_degree,
+            coeff_mod_bit_sizes=list(params.coeff_mod_bit_sizes),
+        )
+        self._secret.global_scale = 2.0**params.scale_bits
+        self.public_context = self._secret.serialize(save_secret_key=False)  # what the server receives
+
+    def chunks(self, p: int) -> int:
+        return -(-p // self.params.slots)
+
+    def encrypt(self, update: np.ndarray) -> bytes:
+        """One client's (p,) update packed into ceil(p / slots) ciphertexts (one batched tensor: slot s
+        of ciphertext c holds coordinate c * slots + s), serialized as sent."""
+        slots, chunks = self.params.slots, self.chunks(len(update))
+        padded = np.zeros(slots * chunks)
+        padded[: len(update)] = update
+        packed = padded.reshape(chunks, slots).T
+        # TenSEAL 0.3 batches a (slots, 1) tensor as its first value repeated: one ciphertext goes flat
+        plain = self._ts.plain_tensor(packed[:, 0] if chunks == 1 else packed)
+        return self._ts.ckks_tensor(self._secret, plain, batch=True).serialize()
+
+    def decrypt(self, ciphertext: bytes, p: int) -> np.ndarray:
+        tensor = self._ts.ckks_tensor_from(self._secret, ciphertext).decrypt()
+        return np.asarray(tensor.tolist(), dtype=np.float64).T.reshape(-1)[:p]
+
+
+class Server:
+    """The aggregator's side: the public context only (no secret key), so it can add but not decrypt."""
+
+    def __init__(self, public_context: bytes):
+        import tenseal as ts
+
+        self._ts = ts
+        self._public = ts.context_from(public_context)
+
+    def add(self, ciphertexts: list[bytes]) -> bytes:
+        total = self._ts.ckks_tensor_from(self._public, ciphertexts[0])
+        for blob in ciphertexts[1:]:
+            total += self._ts.ckks_tensor_from(self._public, blob)
+        return total.serialize()
+
+
+@checked("defense")
+class Homomorphic(Defense):
+    name = "homomorphic"
+    hides_updates = True
+
+    def __init__(
+        self,
+        poly_modulus_degree: Degree = 8192,
+        coeff_mod_bit_sizes: tuple[int, ...] = (60, 40, 40, 60),
+        scale_bits: Annotated[int, Range(ge=20, le=59, what="the CKKS scale's bits", eg=40)] = 40,
+    ):
+        self.params = CkksParameters(poly_modulus_degree, tuple(coeff_mod_bit_sizes), scale_bits)
+        self.params.check()
+        self._cost = {"bytes_up": 0, "bytes_down": 0, "encrypt": 0.0, "aggregate": 0.0, "decrypt": 0.0}
+        self._rounds, self._updates, self._p = 0, 0, 0
+        self._errors: list[float] = []
+        self._key_leaked = False
+
+    def bind(self, setup: Built) -> None:
+        from decpriv.protocols.fedavg import client_nodes
+
+        protocol = setup.protocol
+        if protocol.name not in PROTOCOLS:
+            raise bad_value(
+                "defense",
+                self.name,
+                f"under protocol={protocol.name} every node combines the values it receives itself, so it "
+                "would need the key to every message and encryption would hide nothing from it",
+                "use protocol=fedavg or fedsgd, where a server adds ciphertexts it cannot decrypt",
+            )
+        self._keys = KeyHolders(self.params)
+        self._server = Server(self._keys.public_context)
+        self._p = setup.model.p
+        nodes = np.asarray(setup.adversary.nodes, dtype=np.int64)
+        self._attackers = torch.as_tensor(nodes, device=setup.device)
+        # one shared key: a corrupt client hands it to the adversary, which then decrypts every update
+        self._key_leaked = bool(np.isin(nodes, client_nodes(setup.network)).any())
+
+    def federate(
+        self,
+        updates: torch.Tensor,
+        weights: torch.Tensor,
+        chosen: torch.Tensor,
+        held: torch.Tensor,
+        recorder: "Recorder",
+        round_: int,
+    ) -> torch.Tensor:
+        order = torch.sort(chosen).values
+        w = weights[order].to(torch.float64)
+        contributions = (w[:, None] / w.sum() * updates[order].to(torch.float64)).cpu().numpy()
+        self._check_range(contributions)
+        clock = time.perf_counter()
+        wire = [self._keys.encrypt(row) for row in contributions]  # each client encrypts its own update
+        encrypted = time.perf_counter()
+        summed = self._server.add(wire)
+        added = time.perf_counter()
+        aggregate = self._keys.decrypt(summed, self._p)
+        cost = self._cost
+        cost["encrypt"] += encrypted - clock
+        cost["aggregate"] += added - encrypted
+        cost["decrypt"] += time.perf_counter() - added
+        cost["bytes_up"] += sum(len(blob) for blob in wire)
+        cost["bytes_down"] += len(summed)
+        self._errors.append(float(np.abs(aggregate - contributions.sum(0)).max()))
+        self._rounds += 1
+        self._updates += len(wire)
+        result = torch.as_tensor(aggregate, dtype=held.dtype, device=held.device)
+        if recorder.enabled:
+            self._record(updates, order, held, result, recorder, round_)
+        return result
+
+    def _check_range(self, contributions: np.ndarray) -> None:
+        peak = float(np.abs(contributions).sum(0).max()) if contributions.size else 0.0
+        if not peak < self.params.limit:
+            raise RuntimeError(
+                f"homomorphic: an aggregate of magnitude {peak:.3g} exceeds CKKS's range {self.params.limit:.3g} "
+                "(the model diverged, or lower defense.scale_bits)"
+            )
+
+    def _record(self, updates, order, held, aggregate, recorder: "Recorder", round_: int) -> None:
+        """The server's view: ciphertexts of the honest clients (no plaintext), the decrypted aggregate;
+        every update in the clear when the adversary controls a client (it holds the shared key)."""
+        n = len(updates)
+        sending = torch.zeros(n, dtype=torch.bool, device=updates.device)
+        sending[order] = True
+        plain = torch.where(sending[:, None], updates, held)
+        hidden = sending.clone()
+        hidden[self._attackers] = False
+        if self._key_leaked:
+            hidden[:] = False
+        recorder.record(round_, 0, torch.where(hidden[:, None], torch.nan, plain))
+        recorder.mark_encrypted(hidden)
+        recorder.record_hidden(aggregate[None], plain)
+
+    def summary(self) -> dict[str, Any]:
+        cost, rounds = self._cost, max(self._rounds, 1)
+        per_update = cost["bytes_up"] / max(self._updates, 1)
+        params = self.params
+        return {
+            "he_scheme": "CKKS (TenSEAL / Microsoft SEAL)",
+            "he_poly_modulus_degree": params.poly_modulus_degree,
+            "he_coeff_mod_bit_sizes": "-".join(map(str, params.coeff_mod_bit_sizes)),
+            "he_scale_bits": params.scale_bits,
+            "he_security_bits": 128,
+            "he_key": "one secret key shared by the clients",
+            "he_adversary_holds_key": self._key_leaked,  # it controls a client: every update in the clear
+            "he_ciphertexts_per_update": -(-self._p // params.slots),
+            "he_bytes_per_update": per_update,
+            "he_expansion_over_float32": per_update / (4 * self._p) if self._p else float("nan"),
+            "he_bytes_per_round": cost["bytes_up"] / rounds,  # the clients' uploads, as sa_/ss_bytes count
+            "he_sum_bytes": cost["bytes_down"] / rounds,  # the encrypted sum the server returns
+            "he_encrypt_seconds_per_round": cost["encrypt"] / rounds,
+            "he_aggregate_seconds_per_round": cost["aggregate"] / rounds,
+            "he_decrypt_seconds_per_round": cost["decrypt"] / rounds,
+            "he_max_abs_error": max(self._errors, default=float("nan")),
+            "he_mean_round_max_abs_error": float(np.mean(self._errors)) if self._errors else float("nan"),
+        }

@@ -1,0 +1,106 @@
+"""The verifiable ledger of FedAvg updates: a hash chain every node checks, and a tampering aggregator
+caught in the round it starts."""
+
+import numpy as np
+import pytest
+import torch
+
+from decpriv.api import compose_config
+from decpriv.defenses.update_ledger import GENESIS, Block, commitment, verify, weighted_mean
+from decpriv.errors import ConfigError
+from decpriv.experiment import build, simulate
+
+SMALL = ["data=digits", "model=softmax", "partition.per_node=12", "protocol.batch_size=4"]
+FEDAVG = ["protocol=fedavg", "topology=complete", "topology.n=6", "protocol.rounds=5"]
+
+
+def run(*overrides):
+    setup = build(compose_config([*SMALL, *FEDAVG, *overrides])[0])
+    outcome, _ = simulate(setup)
+    return setup.defense, outcome
+
+
+def honest_block(previous=GENESIS, round_=0):
+    rng = np.random.default_rng(round_)
+    clients = np.array([0, 2, 3])
+    updates = rng.normal(size=(3, 7)).astype(np.float32)
+    nonces = tuple(rng.bytes(32) for _ in clients)
+    posted = tuple(commitment(round_, int(u), r, x) for u, r, x in zip(clients, nonces, updates, strict=True))
+    weights = np.array([5, 1, 2, 7])
+    block = Block(
+        round_, previous, clients, posted, clients, nonces, updates, weighted_mean(updates, weights[clients])
+    )
+    return block, weights
+
+
+def test_an_honest_run_builds_a_chain_every_node_verifies_and_trains_as_fedavg():
+    ledger, outcome = run("defense=ledger")
+    _, plain = run()
+    assert len(ledger.chain) == 5 and ledger.detected is None
+    head = GENESIS
+    for block in ledger.chain:  # every block links to the one before: the chain a node replays
+        assert block.previous == head
+        head = block.digest()
+    assert head == ledger.head
+    assert torch.allclose(outcome.final, plain.final, atol=1e-6)  # float64 mean vs FedAvg's float32
+    summary = ledger.summary()
+    assert summary["ledger_chain_bytes_per_round"] == 8 + 64 + 6 * 40  # header and 6 commitments
+    # what a verifier downloads: 6 float32 updates of 650 values, their nonces, the float64 aggregate
+    assert summary["ledger_opening_bytes_per_round"] == 6 * 650 * 4 + 6 * 32 + 650 * 8
+
+
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        ("alter", "the aggregate is not the weighted mean"),
+        ("drop", "committed an update the aggregate leaves out"),
+    ],
+)
+def test_a_tampering_aggregator_is_caught_in_the_round_it_starts(tamper, reason):
+    with pytest.warns(UserWarning, match="the nodes reject round 2's block"):
+        ledger, outcome = run("defense=ledger", f"defense.tamper={tamper}", "defense.tamper_from=2")
+    summary = ledger.summary()
+    assert summary["ledger_detected_round"] == 2 and reason in summary["ledger_detection"]
+    assert summary["ledger_rejected_rounds"] == 3 and len(ledger.chain) == 2
+    # the nodes reject every tampered aggregate: the global model stays round 2's
+    honest, _ = run("defense=ledger", "protocol.rounds=2")
+    assert np.array_equal(ledger.chain[-1].aggregate, honest.chain[-1].aggregate)
+
+
+def test_every_check_of_a_block_fails_on_its_own_lie():
+    block, weights = honest_block()
+    assert verify(block, GENESIS, weights) is None
+    forged = block.openings.copy()
+    forged[1, 0] += 1e-3  # the aggregator publishes the update it used in place of client 2's
+    lie = Block(
+        0,
+        GENESIS,
+        block.clients,
+        block.commitments,
+        block.opened,
+        block.nonces,
+        forged,
+        weighted_mean(forged, weights[block.opened]),
+    )
+    assert verify(lie, GENESIS, weights) == "client 2's published update does not match its commitment"
+    assert verify(block, b"\1" * 32, weights) == "the block does not extend the chain's head"
+    nxt, _ = honest_block(block.digest(), round_=1)
+    assert verify(nxt, block.digest(), weights) is None
+    replayed = Block(
+        1,
+        block.digest(),
+        *[getattr(block, k) for k in ("clients", "commitments", "opened", "nonces", "openings", "aggregate")],
+    )
+    # last round's openings do not open this round's commitments: the round is in the hash
+    assert "does not match its commitment" in verify(replayed, block.digest(), weights)
+
+
+def test_the_ledger_is_refused_where_no_server_aggregates():
+    with pytest.raises(ConfigError, match="use protocol=fedavg or fedsgd"):
+        build(compose_config([*SMALL, "defense=ledger", "protocol=dsgd"])[0])
+    with pytest.raises(ConfigError, match="defense.tamper_from"):
+        build(
+            compose_config(
+                [*SMALL, *FEDAVG, "defense=ledger", "defense.tamper=drop", "defense.tamper_from=5"]
+            )[0]
+        )
