@@ -139,6 +139,10 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
         plan.digests = _check_in_workers(jobs, overrides, hydra.launcher)
     elif not multirun:
         plan.prebuilt = check_job(cfg, choices, overrides, False, keep=True)
+        if plan.resuming:  # the folder's run must be this config's (cli/output_folder.check_resumable)
+            from decpriv import experiment
+
+            plan.digests = [experiment.config_digest(experiment.flatten_config(cfg, choices))]
     else:
         plan.digests = [check_job(cfg, choices, overrides, True)]
         plan.digests += [check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:]]

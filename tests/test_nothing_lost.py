@@ -1,0 +1,47 @@
+"""Nothing lost, nothing unrecorded: a resumed run never replaces another config's run, a sweep never runs
+one job twice, and the run folder records what ran (issue 40's first half)."""
+
+from pathlib import Path
+
+import pytest
+
+from decpriv import NO_USER_CONF
+from decpriv.cli import main
+
+pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
+QUICK = ["protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
+
+
+def _refused(capsys, *argv: str) -> str:
+    """The one line ``decpriv ARGV`` refuses with (exit status 2)."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return " ".join(err.split())
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_into_a_run_of_another_config_is_refused_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *QUICK, "hydra.run.dir=r"]) == 0
+    capsys.readouterr()
+    before = _files(tmp_path / "r")
+    assert "summary.csv" in before
+    said = _refused(capsys, "run", *QUICK, "seed=1", "hydra.run.dir=r", "resume=true")
+    assert said == (
+        "error: hydra.run.dir='r': resume=true finishes the run this folder holds, and it ran without those "
+        "overrides where this command runs seed=1; repeat that run's command line with resume=true, or "
+        "choose a new folder for this one."
+    )
+    said = _refused(capsys, "run", *QUICK[:-2], "protocol=gossip", "hydra.run.dir=r", "resume=true")
+    assert "it ran ~attack plots=false where this command runs protocol=gossip;" in said
+    assert _files(tmp_path / "r") == before
+    assert main(["run", *QUICK, "hydra.run.dir=r", "resume=true"]) == 0  # its own config: kept as it is
+    assert "skipped: already completed" in capsys.readouterr().out
+    kept = _files(tmp_path / "r")  # Hydra rewrites .hydra/ for the command that found the run completed
+    assert {k: v for k, v in kept.items() if k.endswith((".csv", ".json"))} == {
+        k: v for k, v in before.items() if k.endswith((".csv", ".json"))
+    }
