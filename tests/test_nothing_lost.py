@@ -45,3 +45,27 @@ def test_resume_into_a_run_of_another_config_is_refused_and_touches_nothing(tmp_
     assert {k: v for k, v in kept.items() if k.endswith((".csv", ".json"))} == {
         k: v for k, v in before.items() if k.endswith((".csv", ".json"))
     }
+
+
+@pytest.mark.parametrize(
+    "swept, says",
+    [
+        ("seed=0,0", "seed=0,0: seed lists 0 twice, so the sweep would run the same job twice"),
+        ("seed=0,1,0.0", "seed=0,1,0.0: seed lists 0 twice (as 0.0), so"),
+        ("topology=ring,torus,ring", "topology lists ring twice"),
+    ],
+)
+def test_a_sweep_that_lists_a_value_twice_is_refused_before_any_job(tmp_path, monkeypatch, capsys, swept, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in _refused(capsys, "run", "-m", swept, *QUICK)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_preset_sweep_whose_command_line_repeats_a_value_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("conf/experiment").mkdir(parents=True)
+    sweep = "# @package _global_\nhydra:\n  sweeper:\n    params:\n      seed: range(3)\n"
+    Path("conf/experiment/seeds.yaml").write_text(sweep)
+    said = _refused(capsys, "run", "-m", "experiment=seeds", "seed=4,4", *QUICK)
+    assert "seed lists 4 twice" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]

@@ -110,9 +110,10 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
 def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     if not multirun:
         return [overrides]
-    from decpriv.report.grid import expand
+    from decpriv.report.grid import expand, refuse_repeated
 
     try:
+        refuse_repeated(overrides)
         return expand(overrides)
     except ConfigError:
         raise
