@@ -55,7 +55,9 @@ def test_resume_into_a_run_of_another_config_is_refused_and_touches_nothing(tmp_
         ("topology=ring,torus,ring", "topology lists ring twice"),
     ],
 )
-def test_a_sweep_that_lists_a_value_twice_is_refused_before_any_job(tmp_path, monkeypatch, capsys, swept, says):
+def test_a_sweep_that_lists_a_value_twice_is_refused_before_any_job(
+    tmp_path, monkeypatch, capsys, swept, says
+):
     monkeypatch.chdir(tmp_path)
     assert says in _refused(capsys, "run", "-m", swept, *QUICK)
     assert not list(tmp_path.iterdir())

@@ -2,8 +2,8 @@
 expands them (Hydra's public override parser), the keys they sweep, and the jobs an earlier sweep ran."""
 
 import fnmatch
-import json
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
