@@ -71,3 +71,30 @@ def test_a_preset_sweep_whose_command_line_repeats_a_value_is_refused(tmp_path, 
     said = _refused(capsys, "run", "-m", "experiment=seeds", "seed=4,4", *QUICK)
     assert "seed lists 4 twice" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]
+
+
+def test_a_federated_run_records_what_it_read_of_its_topology(tmp_path, monkeypatch, capsys):
+    """FedSGD reads of its graph only n (and a star's centre, the server): a ring and a complete graph train
+    the same model, and summary.csv says so beside ``topology=ring``."""
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)
+    summaries, histories = {}, {}
+    for topology in ("ring", "complete", "star"):
+        line = [
+            "run",
+            "protocol=fedsgd",
+            f"topology={topology}",
+            "topology.n=6",
+            *QUICK[::2],
+            f"hydra.run.dir={topology}",
+        ]
+        assert main(line) == 0
+        summaries[topology] = pd.read_csv(f"{topology}/summary.csv").iloc[0]
+        histories[topology] = pd.read_csv(f"{topology}/history.csv")
+    pd.testing.assert_frame_equal(histories["ring"], histories["complete"])  # the ring's edges unread
+    assert summaries["ring"].topology == "ring"
+    assert summaries["ring"].topology_read == summaries["complete"].topology_read
+    assert summaries["ring"].topology_read == "n only: 6 clients of an implicit server, no edge read"
+    assert summaries["star"].topology_read == "star: node 0 the server, 5 clients"
+    assert not histories["star"].equals(histories["ring"])  # five clients, not six: another model
