@@ -430,6 +430,7 @@ def _pipeline(
     sealed, plan = None, None
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
+        _record_settled(cfg, setup, folder, config_columns)
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:  # the process starts now and imports while the protocol runs
             module = type(setup.attack).__module__
@@ -482,6 +483,17 @@ def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
     with errors_attributed_to("attack"):
         plan = sealed.prepare(setup.attack_context)
     return setup.plan if getattr(setup.attack, "audits", False) else plan
+
+
+def _record_settled(cfg: DictConfig, setup: Setup, folder: RunFolder, config_columns: dict[str, Any]) -> None:
+    """A value the build settles from the data is recorded as the number that ran: ``protocol.batch_size``
+    in summary.csv, and in run.json's ``settled`` beside the request (``auto``: min(16, the smallest local
+    set); a Dirichlet split can drive it to 1). The config digest stays the request's (resume compares it)."""
+    if OmegaConf.select(cfg, "protocol.batch_size") != "auto":
+        return
+    ran = setup.protocol.batch_size
+    config_columns["protocol.batch_size"] = ran
+    folder.meta["settled"] = {"protocol.batch_size": {"requested": "auto", "ran": ran}}
 
 
 def _built(

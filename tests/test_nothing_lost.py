@@ -98,3 +98,26 @@ def test_a_federated_run_records_what_it_read_of_its_topology(tmp_path, monkeypa
     assert summaries["ring"].topology_read == "n only: 6 clients of an implicit server, no edge read"
     assert summaries["star"].topology_read == "star: node 0 the server, 5 clients"
     assert not histories["star"].equals(histories["ring"])  # five clients, not six: another model
+
+
+def test_batch_size_auto_is_recorded_as_the_size_that_ran(tmp_path, monkeypatch, capsys):
+    """``auto`` is min(16, the smallest local set): 40 nodes share the default 270 digits' training split,
+    so it settles below 16; summary.csv, run.json and ``show`` give that number, resume still finds the run."""
+    import json
+
+    import pandas as pd
+    from conftest import build
+
+    monkeypatch.chdir(tmp_path)
+    line = ["protocol.rounds=2", "topology.n=40", "~attack", "plots=false"]
+    smallest = int(build(*line).local.counts.min())  # the build alone, no run folder
+    assert 1 <= smallest < 16
+    assert main(["run", *line, "hydra.run.dir=b"]) == 0
+    assert pd.read_csv("b/summary.csv").loc[0, "protocol.batch_size"] == smallest
+    settled = json.loads(Path("b/run.json").read_text())["settled"]
+    assert settled == {"protocol.batch_size": {"requested": "auto", "ran": smallest}}
+    capsys.readouterr()
+    assert main(["show", "b"]) == 0
+    assert f"batch_size={smallest} (auto)" in " ".join(capsys.readouterr().out.split())
+    assert main(["run", *line, "hydra.run.dir=b", "resume=true"]) == 0  # the digest is the request's
+    assert "skipped: already completed" in capsys.readouterr().out
