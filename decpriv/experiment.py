@@ -7,6 +7,7 @@ leaves nothing behind.
 
 import hashlib
 import json
+import math
 import pickle
 import time
 import warnings
@@ -41,7 +42,7 @@ from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import ScopedSeeds, Seeds, scoped
 from decpriv.seal import Sealed
 from decpriv.truth import Truth
-from decpriv.validation import PLUGIN_GROUPS, validate
+from decpriv.validation import PLUGIN_GROUPS, blocked_target, validate
 
 
 def resolve_device(name: str) -> torch.device:
@@ -78,6 +79,23 @@ def errors_attributed_to(plugin: str):
         raise
 
 
+def check_enough_data(data: DictConfig, train: int, n: int) -> None:
+    """A node holds at least one training sample: refused otherwise, naming a data set that has enough
+    (this one's ``data.size``, or Gaussian classes of the size whose training split has n samples)."""
+    if train >= n:
+        return
+    fraction = float(data.get("test_fraction", 0.25)) if "size" in data else 0.25
+    size = math.ceil(n / (1 - fraction))
+    size += size - int(round(fraction * size)) < n  # the split rounds the test count
+    more = f"data.size={size}" if "size" in data else f"data=gaussian_classes data.size={size}"
+    raise bad_value(
+        "topology.n",
+        n,
+        f"the data's training split has {train} samples, fewer than the nodes, so some node would hold no data",
+        f"use topology.n <= {train}, or more data: {more} (a training split of {n})",
+    )
+
+
 def build(cfg: DictConfig) -> Setup:
     """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
     validate(cfg)
@@ -85,14 +103,7 @@ def build(cfg: DictConfig) -> Setup:
     device = resolve_device(cfg.device)
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
     dataset = build_plugin(cfg.data, seeds=seeds)
-    if len(dataset.y_train) < network.n:
-        raise bad_value(
-            "topology.n",
-            network.n,
-            f"the data's training split has {len(dataset.y_train)} samples, fewer than the nodes, so some "
-            "node would hold no data",
-            "use fewer nodes or more data (data.size where the data set has one)",
-        )
+    check_enough_data(cfg.data, len(dataset.y_train), network.n)
     parts = build_plugin(
         cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
     )
@@ -233,6 +244,11 @@ def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
     """:func:`build`, naming the protocol's default attack when it is the one that refuses the config."""
     try:
         return build(cfg)
+    except InstantiationException as error:
+        refused = blocked_target(error, cfg, choices)
+        if refused is None:
+            raise
+        raise refused from None
     except ConfigError as error:
         default = choices.get("attack")
         is_default = default == f"{choices.get('protocol')}_default" and cfg.get("attack") is not None

@@ -113,8 +113,9 @@ def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     from decpriv.report.grid import expand, refuse_repeated
 
     try:
+        jobs = expand(overrides)  # glob() and interval() refused first, in their own words
         refuse_repeated(overrides)
-        return expand(overrides)
+        return jobs
     except ConfigError:
         raise
     except Exception as error:  # Hydra's override grammar
