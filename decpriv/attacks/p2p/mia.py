@@ -10,7 +10,7 @@ aggregate the protocol revealed, not an average of the masked updates.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Annotated, Literal
 
 import numpy as np
@@ -256,13 +256,14 @@ def score_targets(
     chunk = max(1, min(chunk, int(MIA_MEMORY // (8 * 6 * permutations * samples))))
     generator = seeds.torch("attack.mia.null")
     order = torch.argsort(which, stable=True)  # the rows victim by victim, a group of victims at a time
+    grouped = which[order]
     parts: list[tuple[torch.Tensor, dict[str, np.ndarray]]] = []
     for low in range(0, len(once), chunk):
         high = min(low + chunk, len(once))
         members = torch.cat([keep[low:high], torch.zeros_like(outside_mask[low:high])], 1)
         valid = torch.cat([keep[low:high], outside_mask[low:high]], 1)
         relabelled = shuffled_labels(members, valid, permutations, generator)
-        rows = order[(which[order] >= low) & (which[order] < high)]
+        rows = order[torch.searchsorted(grouped, low) : torch.searchsorted(grouped, high)]
         for start in range(0, len(rows), chunk):
             idx = rows[start : start + chunk]
             parts.append(
@@ -298,13 +299,18 @@ class _Pools:
     outside_idx: torch.Tensor
     outside_mask: torch.Tensor
 
+    @cached_property
+    def training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """X, the union of the local training sets (inputs, labels), gathered once."""
+        return self.local.x[self.local.mask], self.local.y[self.local.mask]
+
     def score(
         self, thetas: torch.Tensor, v: torch.Tensor, row: torch.Tensor, relabelled: torch.Tensor
     ) -> dict:
         """Statistics of models ``thetas`` against victims ``v`` (pool rows ``row``), their null under
         ``relabelled``, the pool sizes and the generalisation error, one entry per model."""
         local, data, fn = self.local, self.data, self.fn
-        x_all, y_all = local.x[local.mask], local.y[local.mask]
+        x_all, y_all = self.training_set
         with torch.no_grad():
             inside = forward_many(self.model, thetas, local.x[v], shared=False)
             outside = forward_many(self.model, thetas, data.x_test, shared=True)
