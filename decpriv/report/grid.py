@@ -3,7 +3,6 @@ expands them (Hydra's public override parser), the keys they sweep, and the jobs
 
 import fnmatch
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
@@ -55,33 +54,6 @@ def job_overrides(parsed: list) -> list[list[str]]:
         else:
             values[key] = [f"{key}={override.get_value_element_as_str()}"]
     return [list(job) for job in itertools.product(*values.values())]
-
-
-def refuse_repeated(overrides: list[str]) -> None:
-    """A swept key that lists one value twice (``seed=0,0``) would run the same job twice, and the sweep's
-    tables would count it twice (two seeds): refused in one sentence before any job starts."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(overrides)}
-    for key, override in final.items():
-        if not override.is_sweep_override() or not override.is_discrete_sweep():
-            continue
-        seen: dict[Any, str] = {}
-        for value, text in zip(override.sweep_iterator(), override.sweep_string_iterator(), strict=True):
-            same = _comparable_value(value)
-            if same in seen:
-                also = f" (as {text})" if text != seen[same] else ""
-                raise ConfigError(
-                    f"{override.input_line}: {key} lists {seen[same]} twice{also}, so the sweep would run the "
-                    "same job twice and count it twice; give each value once"
-                )
-            seen[same] = text
-
-
-def _comparable_value(value: Any) -> Any:
-    """A swept value as a set member: ``0`` and ``0.0`` equal (Python's), quoted and bare text equal."""
-    value = getattr(value, "text", value)  # Hydra's QuotedString
-    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, list | dict) else value
 
 
 def _glob_refusal(override: Any) -> ConfigError:
