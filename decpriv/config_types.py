@@ -156,6 +156,8 @@ def refusal(key: str, annotation: Any, value: Any, strict: bool = True) -> Confi
     if broken is not None:
         return bad_value(key, value, broken.why(), broken.fix(key) + (" or null" if nullable else ""))
     choices = [a for b in _branches(annotation) for a in typing.get_args(_unwrap(b)[0]) if _is_literal(b)]
+    if choices and strict and _numbers(annotation):
+        return _outside_mixed(key, annotation, value, choices)
     if choices and (strict or any(type(value) is type(c) for c in choices)):
         switch = ["true", "false"] if any(_unwrap(b)[0] is bool for b in _branches(annotation)) else []
         named = ", ".join([*switch, *map(str, choices)])
@@ -163,6 +165,35 @@ def refusal(key: str, annotation: Any, value: Any, strict: bool = True) -> Confi
     if not strict:
         return None
     return bad_value(key, value, f"expected {describe(annotation)}", "give a value of that type")
+
+
+def _numbers(annotation: Any) -> list[tuple[Any, tuple[Any, ...]]]:
+    """The number branches (``int``, ``float``, with their constraints) of a declaration."""
+    unwrapped = [_unwrap(b) for b in _branches(annotation)]
+    return [(base, c) for base, c in unwrapped if base in (int, float)]
+
+
+def _outside_mixed(key: str, annotation: Any, value: Any, choices: list[Any]) -> ConfigError:
+    """A value fitting no branch of a number-or-choice declaration (``int >= 1 | 'auto' | null``): the
+    whole declaration, the number's example beside the choices, and a quoted number read as the number."""
+    base, constraints = _numbers(annotation)[0]
+    what = next((c.what for c in constraints if c.what != "the value"), None)
+    said = f"{what} is {describe(annotation)}" if what else f"expected {describe(annotation)}"
+    if isinstance(value, str):
+        try:
+            number = base(value.strip())
+        except ValueError:
+            number = None
+        if number is not None and refusal(key, annotation, number) is None:
+            return bad_value(
+                key, value, f"{said}, and quotes make it text", f"write it unquoted: {key}={number}"
+            )
+    eg = next((c.eg for c in constraints if c.eg is not None), None)
+    nullable = any(b is type(None) for b in _branches(annotation))
+    options = [*([f"{key}={eg}"] if eg is not None else []), *(f"{key}={c}" for c in choices)]
+    options += [f"{key}=null"] if nullable else []
+    listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
+    return bad_value(key, value, said, f"use e.g. {listed}")
 
 
 def _is_literal(branch: Any) -> bool:

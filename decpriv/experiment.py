@@ -7,6 +7,7 @@ leaves nothing behind.
 
 import hashlib
 import json
+import math
 import pickle
 import time
 import warnings
@@ -42,7 +43,7 @@ from decpriv.report.run_folder import RunFolder, error_text
 from decpriv.rng import ScopedSeeds, Seeds, scoped
 from decpriv.seal import Sealed
 from decpriv.truth import Truth
-from decpriv.validation import PLUGIN_GROUPS, validate
+from decpriv.validation import PLUGIN_GROUPS, blocked_target, validate
 
 
 def build_plugin(node: DictConfig, **kwargs: Any) -> Any:
@@ -71,6 +72,23 @@ def errors_attributed_to(plugin: str):
         raise
 
 
+def check_enough_data(data: DictConfig, train: int, n: int) -> None:
+    """A node holds at least one training sample: refused otherwise, naming a data set that has enough
+    (this one's ``data.size``, or Gaussian classes of the size whose training split has n samples)."""
+    if train >= n:
+        return
+    fraction = float(data.get("test_fraction", 0.25)) if "size" in data else 0.25
+    size = math.ceil(n / (1 - fraction))
+    size += size - int(round(fraction * size)) < n  # the split rounds the test count
+    more = f"data.size={size}" if "size" in data else f"data=gaussian_classes data.size={size}"
+    raise bad_value(
+        "topology.n",
+        n,
+        f"the data's training split has {train} samples, fewer than the nodes, so some node would hold no data",
+        f"use topology.n <= {train}, or more data: {more} (a training split of {n})",
+    )
+
+
 def build(cfg: DictConfig) -> Setup:
     """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
     validate(cfg)
@@ -78,14 +96,7 @@ def build(cfg: DictConfig) -> Setup:
     device = resolve_device(cfg.device)
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
     dataset = build_plugin(cfg.data, seeds=seeds)
-    if len(dataset.y_train) < network.n:
-        raise bad_value(
-            "topology.n",
-            network.n,
-            f"the data's training split has {len(dataset.y_train)} samples, fewer than the nodes, so some "
-            "node would hold no data",
-            "use fewer nodes or more data (data.size where the data set has one)",
-        )
+    check_enough_data(cfg.data, len(dataset.y_train), network.n)
     parts = build_plugin(
         cfg.partition, labels=dataset.y_train.numpy(), n=network.n, rng=seeds.numpy("partition")
     )
@@ -226,6 +237,11 @@ def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
     """:func:`build`, naming the protocol's default attack when it is the one that refuses the config."""
     try:
         return build(cfg)
+    except InstantiationException as error:
+        refused = blocked_target(error, cfg, choices)
+        if refused is None:
+            raise
+        raise refused from None
     except ConfigError as error:
         default = choices.get("attack")
         is_default = default == f"{choices.get('protocol')}_default" and cfg.get("attack") is not None
@@ -422,7 +438,7 @@ def _pipeline(
     sealed, plan = None, None
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
-        ran_on(setup.device, folder, config_columns)
+        record_settled(cfg, setup, folder, config_columns)
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:  # the process starts now and imports while the protocol runs
             module = type(setup.attack).__module__
@@ -460,13 +476,6 @@ def _pipeline(
     return folder.path
 
 
-def ran_on(device: torch.device, folder: RunFolder, config_columns: dict[str, Any]) -> None:
-    """Record the device that runs (``cpu`` or ``cuda``, never ``auto``) and its name, in run.json and
-    summary.csv; the config digest keeps what was asked, so ``device=auto`` resumes its own runs."""
-    config_columns.update(device=device.type, device_name=device_name(device))
-    folder.meta.update(device=device.type, device_name=config_columns["device_name"])
-
-
 def acts_during_run(attack: Attack) -> bool:
     """Whether the attack's code runs during the simulation (it forges, or it picks the links to record):
     its plan is then needed before the run. Otherwise the base class's defaults run here (they read
@@ -482,6 +491,24 @@ def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
     with errors_attributed_to("attack"):
         plan = sealed.prepare(setup.attack_context)
     return setup.plan if getattr(setup.attack, "audits", False) else plan
+
+
+def record_settled(cfg: DictConfig, setup: Setup, folder: RunFolder, config_columns: dict[str, Any]) -> None:
+    """Values the build settles are recorded as what ran: the device (``cpu`` or ``cuda``, never ``auto``)
+    with its name, and ``protocol.batch_size=auto`` as the number (min(16, the smallest local set); a
+    Dirichlet split can drive it to 1), in summary.csv and run.json, with run.json's ``settled`` naming the
+    request beside what ran. The config digest stays the request's (resume compares it)."""
+    device = setup.device
+    config_columns.update(device=device.type, device_name=device_name(device))
+    folder.meta.update(device=device.type, device_name=config_columns["device_name"])
+    settled = {}
+    if cfg.get("device") != device.type:
+        settled["device"] = {"requested": cfg.get("device"), "ran": device.type}
+    if OmegaConf.select(cfg, "protocol.batch_size") == "auto":
+        settled["protocol.batch_size"] = {"requested": "auto", "ran": setup.protocol.batch_size}
+        config_columns["protocol.batch_size"] = setup.protocol.batch_size
+    if settled:
+        folder.meta["settled"] = settled
 
 
 def _built(

@@ -111,19 +111,26 @@ FLOAT32_MAX = 3.4028234663852886e38  # models and messages compute in 32-bit flo
 INT64 = 2**63
 
 
-def _unfit(node: Any, prefix: str) -> tuple[str, Any, str] | None:
+def _unfit(node: Any, prefix: str, finite_only: bool = False) -> tuple[str, Any, str] | None:
     """The first number anywhere in the config that no computation can hold: nan, inf, a float beyond
-    32-bit range, an integer beyond 64 bits (dotted key, value, why)."""
+    32-bit range, an integer beyond 64 bits (dotted key, value, why); ``finite_only``: nan and inf alone
+    (checked before the declarations, whose ranges cannot order them; the others after, so that a key
+    declared an integer refuses 1e100 for not being one)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, float) and not math.isfinite(value):
             return name, value, "numbers in a config must be finite"
-        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+        if not finite_only and isinstance(value, float) and abs(value) > FLOAT32_MAX:
             return name, value, "the value overflows the 32-bit floats the models compute in (max 3.4e38)"
-        if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        if (
+            not finite_only
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and not -INT64 <= value < INT64
+        ):
             return name, value, "the integer does not fit in 64 bits"
-        found = _unfit(value, name)
+        found = _unfit(value, name, finite_only)
         if found:
             return found
     return None
@@ -182,8 +189,53 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
                 raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
 
 
+def blocked_target(error: Exception, cfg: DictConfig, choices: dict[str, Any]) -> ConfigError | None:
+    """Hydra's refusal to call a ``_target_`` it blocklists (``os.system``, ``subprocess.run`` ...: config
+    data that would run commands), which it words over four lines naming no key, as one sentence naming
+    the key and the file that set it; None for any other instantiation error."""
+    found = re.match(r"Target '([^']+)'.*? is blocklisted", " ".join(str(error).split()))
+    if found is None:
+        return None
+    target = found.group(1)
+    group = next(
+        (g for g in PLUGIN_GROUPS if isinstance(cfg.get(g), DictConfig) and cfg[g].get("_target_") == target),
+        None,
+    )
+    key = f"{group}._target_" if group else "_target_"
+    return bad_value(
+        key,
+        target,
+        f"Hydra refuses to call it from a config (its blocklist: config data may not run commands), and "
+        f"{_set_by(group, choices)} names it",
+        f"name a plugin's class or function ({f'decpriv list {group}' if group else 'decpriv list'} shows "
+        "decpriv's own)",
+    )
+
+
+def _set_by(group: str | None, choices: dict[str, Any]) -> str:
+    """The user's yaml that chose ``group``'s target: its option's file, else the preset's, else the
+    command line."""
+    from decpriv.user_conf import USER_CONF
+
+    files = [USER_CONF / group / f"{choices.get(group)}.yaml"] if group else []
+    files.append(USER_CONF / "experiment" / f"{choices.get('experiment')}.yaml")
+    return next((str(f) for f in files if f.is_file()), "the command line")
+
+
 SAFE_NAME = re.compile(r"\w[\w.=,+-]*")  # letters of any script: name='héllo_wörld' is a folder name
 MAX_NAME = 100  # a run folder's name (date, time and name) stays well under the file systems' 255 bytes
+
+
+def _unsafe_in(name: str) -> str:
+    """Why a run name cannot be part of a folder's name, naming what it holds."""
+    why = "the name becomes part of the run folder's name"
+    if ".." in name:
+        return f"{why} and may not contain '..'"
+    if not re.match(r"\w", name):
+        return f"{why} and must start with a letter or digit, not {name[0]!r}"
+    bad = next(c for c in name if not re.fullmatch(r"[\w.=,+-]", c))
+    shown = {" ": "a space", "/": "'/'"}.get(bad, f"{bad!r}")
+    return f"{why} and may not contain {shown}"
 
 
 def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
@@ -196,7 +248,8 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
         raise bad_value(
             unknown[0], cfg[unknown[0]], "no part of decpriv reads this key", f"remove it ({hint})"
         )
-    found = _unfit(OmegaConf.to_container(cfg, resolve=True), "")
+    values = OmegaConf.to_container(cfg, resolve=True)
+    found = _unfit(values, "", finite_only=True)
     if found:
         raise bad_value(found[0], found[1], found[2], "give a smaller, finite number")
     name = cfg.get("name")
@@ -212,12 +265,7 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
             "shorten it",
         )
     if name is not None and (not SAFE_NAME.fullmatch(str(name)) or ".." in str(name)):
-        raise bad_value(
-            "name",
-            name,
-            "the name becomes part of the run folder's name and may not contain '/', '..' or spaces",
-            "use letters, digits, '-', '_' and '.'",
-        )
+        raise bad_value("name", name, _unsafe_in(str(name)), "use letters, digits, '-', '_' and '.'")
     if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
         raise bad_value("seed", cfg.get("seed"), "the seed is an integer", "use e.g. seed=0")
     for flag in ("plots", "debug"):
@@ -236,3 +284,6 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
         node = cfg.get(group)
         if node is not None:
             check_plugin(group, node, recorded_only)
+    found = None if recorded_only else _unfit(values, "")  # after every declaration was read
+    if found:
+        raise bad_value(found[0], found[1], found[2], "give a smaller, finite number")

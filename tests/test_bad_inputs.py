@@ -382,3 +382,67 @@ def test_slurm_without_its_plugin_names_the_extra(cli):
     proc = cli("run", "-m", "hydra/launcher=slurm", "seed=0")
     assert proc.returncode == 2
     assert "pip install -e '.[slurm]'" in proc.stderr
+
+
+BATCH = "a batch size (auto: min(16, the smallest local set); null: all) is int >= 1 | 'auto' | null"
+BATCH_FIX = "use e.g. protocol.batch_size=16, protocol.batch_size=auto or protocol.batch_size=null."
+
+
+@pytest.mark.parametrize(
+    "override, sentence",
+    [
+        ("protocol.batch_size=1.5", f"protocol.batch_size=1.5: {BATCH}; {BATCH_FIX}"),
+        ("protocol.batch_size=", f"protocol.batch_size='': {BATCH}; {BATCH_FIX}"),
+        ("protocol.batch_size=1e100", f"protocol.batch_size=1e+100: {BATCH}; {BATCH_FIX}"),
+        (
+            "protocol.batch_size='16'",
+            f"protocol.batch_size='16': {BATCH}, and quotes make it text; write it unquoted: "
+            "protocol.batch_size=16.",
+        ),
+        (  # a float key keeps the overflow: that is what it is
+            "protocol.lr=1e100",
+            "protocol.lr=1e+100: the value overflows the 32-bit floats the models compute in (max 3.4e38); "
+            "give a smaller, finite number.",
+        ),
+        (
+            "name='emoji🙂'",
+            "name='emoji🙂': the name becomes part of the run folder's name and may not contain '🙂'; use "
+            "letters, digits, '-', '_' and '.'.",
+        ),
+        ("name='a b'", "may not contain a space;"),
+        (
+            "topology.n=300",
+            "topology.n=300: the data's training split has 270 samples, fewer than the nodes, so some node "
+            "would hold no data; use topology.n <= 270, or more data: data=gaussian_classes data.size=400 "
+            "(a training split of 300).",
+        ),
+    ],
+)
+def test_refusals_name_what_the_key_takes(tmp_path, monkeypatch, capsys, override, sentence):
+    monkeypatch.chdir(tmp_path)
+    err = _one_line(capsys, ["run", *ROUNDS, override], 2, "", None)
+    assert sentence in " ".join(err.split()), err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_data_size_a_refusal_names_runs(tmp_path, monkeypatch, capsys):
+    """The refusal's data set holds a sample for every node: its command runs."""
+    monkeypatch.chdir(tmp_path)
+    err = _one_line(capsys, ["run", "topology.n=301", *ROUNDS[::2]], 2, "data=gaussian_classes", None)
+    fix = err.rsplit("more data: ", 1)[1].split(" (")[0].split()
+    assert fix == ["data=gaussian_classes", "data.size=402"]  # 402 - round(0.25 x 402) = 301 = n
+    assert main(["run", "topology.n=301", *ROUNDS[::2], *fix, "plots=false", "hydra.run.dir=r"]) == 0
+    assert pd.read_csv("r/summary.csv").loc[0, "nodes"] == 301
+
+
+def test_a_blocklisted_target_in_a_users_yaml_is_one_sentence_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("conf/topology").mkdir(parents=True)
+    Path("conf/topology/evil.yaml").write_text("_target_: os.system\ncommand: touch pwned\n")
+    err = _one_line(capsys, ["run", "topology=evil", *ROUNDS[::2]], 2, "", None)
+    assert " ".join(err.split()) == (
+        "error: topology._target_='os.system': Hydra refuses to call it from a config (its blocklist: config "
+        "data may not run commands), and conf/topology/evil.yaml names it; name a plugin's class or function "
+        "(decpriv list topology shows decpriv's own)."
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]  # no run folder, no file pwned

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from conftest import mh
 
 from decpriv.attacks.knowledge.matrix import (
+    check_decidable,
     float_knowledge,
     gossip_row_space,
     knowledge_blocks,
@@ -139,3 +140,51 @@ def test_a_dense_decision_past_its_bound_is_refused_before_allocating():
     W = mh(nx.star_graph(6))
     with pytest.raises(ConfigError, match=r"topology.n=7: .* GB and .* operations; use topology.n <= 5"):
         float_knowledge(W, np.array([1]), 4, dense_limit=0, dense_max=5)
+
+
+def _refusal(decide) -> str | None:
+    try:
+        decide()
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("graph", "attackers", "steps", "refused"),
+    [
+        (nx.cycle_graph(30), [0], 5, True),  # 1 + 5 x 2 rows for 30 unknowns
+        (nx.star_graph(6), [1], 4, True),  # 1 + 4 x 1 rows for 7 unknowns
+        (er(60, 1), [0, 1, 2], 30, False),  # enough rows, and the certified test reaches rank n
+    ],
+)
+def test_the_precheck_refuses_before_simulating_only_what_the_decision_would(
+    graph, attackers, steps, refused
+):
+    """``check_decidable`` (run by the attack's prepare, before the simulation) against the decision after
+    it, both past a lowered bound: what the precheck refuses the decision refuses too, with the same fix."""
+    W, attackers = mh(graph), np.array(attackers)
+    early = _refusal(lambda: check_decidable(W, attackers, steps, dense_max=5))
+    late = _refusal(lambda: float_knowledge(W, attackers, steps, dense_limit=0, dense_max=5))
+    assert (early is not None) == refused
+    if early is not None:
+        assert late is not None and early.split("; ")[-1] == late.split("; ")[-1]
+    else:
+        assert late is None
+
+
+def test_knowledge_matrix_past_its_bound_is_refused_before_any_folder(tmp_path, monkeypatch, capsys):
+    """A ring of 12001 nodes seen by one attacker for 10 steps: refused by the precheck, nothing written
+    (before, the run simulated, then failed and left its folder)."""
+    from decpriv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    line = ["run", "attack=knowledge_matrix", "topology.n=12001", "data=gaussian_classes", "data.size=16002"]
+    assert main(line) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "error: topology.n=12001: K_T has 21 rows (1 corrupt nodes, 10 steps of 2 observed neighbours) for "
+        "12001 unknowns, so no full rank can be certified, and the dense decision would take about 4.6 GB"
+        in said
+    )
+    assert not list(tmp_path.iterdir())

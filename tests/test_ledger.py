@@ -106,7 +106,7 @@ def _running(job: Path, deadline: float) -> int:
 def test_one_job_stopped_the_sweep_goes_on_and_resume_reruns_exactly_it(tmp_path, launcher):
     if launcher == "submitit_local":
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    sweep = ["-m", "protocol.rounds=5,4000,5", *QUICK, "hydra.sweep.dir=sw"]
+    sweep = ["-m", "protocol.rounds=5,4000,6", *QUICK, "hydra.sweep.dir=sw"]
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
     grid = [*sweep, f"hydra/launcher={launcher}", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

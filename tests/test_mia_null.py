@@ -113,3 +113,41 @@ def test_the_full_pool_keeps_every_member_and_every_held_out_sample():
     members, outside, mask = balanced_sets(counts, 6, np.random.default_rng(0), pool="all")
     assert members.sum(1).tolist() == [3, 5, 1] and mask.all() and mask.shape == (3, 6)
     assert (outside == torch.arange(6)).all()
+
+
+@pytest.mark.parametrize("pool", ["balanced", "all"])
+def test_the_victims_sets_are_the_rows_of_every_nodes_sets(pool):
+    """Built for the victims alone (bounded memory: not a nodes x held-out array), the sets are those
+    rows of the sets built for every node, drawn from the same stream, whatever the block size."""
+    from decpriv.attacks.p2p import mia
+
+    counts, victims = np.array([5, 8, 8, 3, 7, 2, 9]), np.array([1, 4, 6])
+    every = balanced_sets(counts, 6, np.random.default_rng(0), pool)
+    mine = balanced_sets(counts, 6, np.random.default_rng(0), pool, victims)
+    for whole, rows in zip(every, mine, strict=True):
+        assert torch.equal(whole[victims], rows)
+    small_blocks = mia.DRAW_BLOCK
+    try:
+        mia.DRAW_BLOCK = 7  # one row of held-out keys a block
+        again = balanced_sets(counts, 6, np.random.default_rng(0), pool, victims)
+    finally:
+        mia.DRAW_BLOCK = small_blocks
+    assert all(torch.equal(a, b) for a, b in zip(mine, again, strict=True))
+
+
+def test_scoring_a_victim_group_at_a_time_gives_the_same_table(tmp_path, monkeypatch):
+    """The relabellings are drawn a few victims at a time (a thousand neighbours of one node held them all
+    at once: 50 GB): with one victim a group the mia table is the one of a single group, null included."""
+    import pandas as pd
+
+    from decpriv.attacks.p2p import mia
+    from decpriv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    line = ["run", "topology=complete", "topology.n=8", "protocol.rounds=2", "plots=false"]
+    assert main([*line, "hydra.run.dir=one"]) == 0
+    monkeypatch.setattr(mia, "MIA_MEMORY", 1)  # one tested model and one victim a chunk
+    assert main([*line, "hydra.run.dir=many"]) == 0
+    one, many = pd.read_csv("one/mia.csv"), pd.read_csv("many/mia.csv")
+    assert one.victim.nunique() == 7
+    pd.testing.assert_frame_equal(one, many)

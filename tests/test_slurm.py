@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 ENTRY = "import sys; from decpriv.cli import entry; sys.argv = ['decpriv', *sys.argv[1:]]; entry()"
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "hydra.launcher.cpus_per_task=1"]
-SWEEP = ["-m", "protocol.rounds=5,6000,5", "topology.n=6", "~attack", "plots=false", *SLURM]
+SWEEP = ["-m", "protocol.rounds=5,6000,6", "topology.n=6", "~attack", "plots=false", *SLURM]
 ENDED = {"completed", "cancelled", "interrupted", "never started"}
 
 

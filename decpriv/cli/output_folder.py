@@ -22,19 +22,20 @@ def _named_folder(overrides: list[str], key: str) -> str | None:
 
 
 def claim_output_folder(
-    overrides: list[str], multirun: bool, hydra_cfg: DictConfig, resuming: bool
+    overrides: list[str], multirun: bool, hydra_cfg: DictConfig, resuming: bool, digest: str | None = None
 ) -> tuple[str | None, Path]:
     """A new folder, made atomically with a ``-2``, ``-3`` ... suffix when the timestamped name exists. A
     folder the user names (hydra.run.dir=...) must be new or empty, and is claimed atomically (two runs
     started together into it: one is refused), unless ``resuming`` it. Returns the override to add (None
-    for a folder the user named) and the folder. ``hydra_cfg``: the first job's ``hydra`` node."""
+    for a folder the user named) and the folder. ``hydra_cfg``: the first job's ``hydra`` node; ``digest``:
+    a resumed single run's config digest."""
     from decpriv.report.run_folder import claim_folder, claim_named_folder
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = _named_folder(overrides, key)
     path = Path(str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
     if given is not None and resuming:
-        check_resumable(path, multirun, overrides, hydra_cfg)
+        check_resumable(path, multirun, overrides, hydra_cfg, digest)
     try:
         if given is not None and resuming:
             path.mkdir(parents=True, exist_ok=True)  # resume: the earlier run's folder, by design
@@ -59,9 +60,12 @@ def claim_output_folder(
         ) from None
 
 
-def check_resumable(path: Path, multirun: bool, overrides: list[str], hydra_cfg: DictConfig) -> None:
+def check_resumable(
+    path: Path, multirun: bool, overrides: list[str], hydra_cfg: DictConfig, digest: str | None = None
+) -> None:
     """``resume=true`` finishes the run or sweep a folder holds, never another: a sweep resumes into a
-    sweep's folder with the same jobs (more may be appended), a run into a run's folder."""
+    sweep's folder with the same jobs (more may be appended), a run into a run's folder of the same config
+    (``digest``; another config would replace its tables)."""
     from decpriv.report.run_folder import CLAIM
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -88,6 +92,45 @@ def check_resumable(path: Path, multirun: bool, overrides: list[str], hydra_cfg:
         )
     if multirun:
         _check_same_jobs(path, overrides, hydra_cfg)
+    elif digest is not None:
+        _check_same_run(path, overrides, digest)
+
+
+def _check_same_run(folder: Path, overrides: list[str], digest: str) -> None:
+    """The run a folder holds is this command's config (its digest in run.json), whatever its status:
+    resuming finishes that run, so a run of another config is refused before its files are touched."""
+    from decpriv.report.grid import comparable
+    from decpriv.report.resume import run_digest
+
+    ran = run_digest(folder)
+    if ran is None or ran == digest:
+        return
+    before = comparable(_earlier_overrides(folder))
+    now = comparable(overrides)
+    gone, new = [o for o in before if o not in now], [o for o in now if o not in before]
+    said = (
+        f"it ran {' '.join(gone) or 'without those overrides'} where this command runs "
+        f"{' '.join(new) or 'without them'}"
+        if gone or new
+        else f"it ran another config (digest {ran}, this command's {digest})"
+    )
+    raise bad_value(
+        "hydra.run.dir",
+        str(folder),
+        f"resume=true finishes the run this folder holds, and {said}",
+        "repeat that run's command line with resume=true, or choose a new folder for this one",
+    )
+
+
+def _earlier_overrides(folder: Path) -> list[str]:
+    """The command-line overrides of the run a folder holds (Hydra's ``.hydra/overrides.yaml``)."""
+    import yaml
+
+    try:
+        found = yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    return [str(o) for o in found] if isinstance(found, list) else []
 
 
 def _check_same_jobs(sweep: Path, overrides: list[str], hydra_cfg: DictConfig) -> None:

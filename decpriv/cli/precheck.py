@@ -2,6 +2,7 @@
 config composed and built, no training; the launcher's options that would fail only once it started."""
 
 import gc
+import json
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,11 +114,40 @@ def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     from decpriv.report.grid import expand
 
     try:
-        return expand(overrides)
+        jobs = expand(overrides)  # glob() and interval() refused first, in their own words
+        refuse_repeated(overrides)
+        return jobs
     except ConfigError:
         raise
     except Exception as error:  # Hydra's override grammar
         raise ConfigError(explain_composition(error, overrides)) from None
+
+
+def refuse_repeated(overrides: list[str]) -> None:
+    """A swept key that lists one value twice (``seed=0,0``) would run the same job twice, and the sweep's
+    tables would count it twice (two seeds): refused in one sentence before any job starts."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(overrides)}
+    for key, override in final.items():
+        if not override.is_sweep_override() or not override.is_discrete_sweep():
+            continue
+        seen: dict[Any, str] = {}
+        for value, text in zip(override.sweep_iterator(), override.sweep_string_iterator(), strict=True):
+            same = _comparable_value(value)
+            if same in seen:
+                also = f" (as {text})" if text != seen[same] else ""
+                raise ConfigError(
+                    f"{override.input_line}: {key} lists {seen[same]} twice{also}, so the sweep would run the "
+                    "same job twice and count it twice; give each value once"
+                )
+            seen[same] = text
+
+
+def _comparable_value(value: Any) -> Any:
+    """A swept value as a set member: ``0`` and ``0.0`` equal (Python's), quoted and bare text equal."""
+    value = getattr(value, "text", value)  # Hydra's QuotedString
+    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, list | dict) else value
 
 
 def precheck(overrides: list[str], multirun: bool) -> Plan:
@@ -139,6 +169,10 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
         plan.digests = _check_in_workers(jobs, overrides, hydra.launcher)
     elif not multirun:
         plan.prebuilt = check_job(cfg, choices, overrides, False, keep=True)
+        if plan.resuming:  # the folder's run must be this config's (cli/output_folder.check_resumable)
+            from decpriv import experiment
+
+            plan.digests = [experiment.config_digest(experiment.flatten_config(cfg, choices))]
     else:
         plan.digests = [check_job(cfg, choices, overrides, True)]
         plan.digests += [check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:]]

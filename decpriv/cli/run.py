@@ -149,7 +149,9 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     overrides, multirun = list(ns.overrides), bool(ns.multirun)
     try:
         plan = precheck(overrides, multirun)
-        folder_override, folder = claim_output_folder(overrides, multirun, plan.hydra, plan.resuming)
+        folder_override, folder = claim_output_folder(
+            overrides, multirun, plan.hydra, plan.resuming, None if multirun else (plan.digests or [None])[0]
+        )
         added = [
             *(_sweeper_overrides(plan, folder) if multirun else []),
             *([folder_override] if folder_override else []),

@@ -46,6 +46,16 @@ def client_nodes(network: Network) -> np.ndarray:
     return np.arange(n)
 
 
+def topology_read(network: Network) -> str:
+    """What a federated run took from its graph (summary.csv ``topology_read``): a star's centre as the
+    server, else only the node count; the graph's other edges are never read."""
+    clients = client_nodes(network)
+    if len(clients) < network.n:
+        server = int(np.setdiff1d(np.arange(network.n), clients)[0])
+        return f"star: node {server} the server, {len(clients)} clients"
+    return f"n only: {network.n} clients of an implicit server, no edge read"
+
+
 Fraction = Annotated[float, Range(gt=0, le=1, what="the share of clients sampled each round", eg=1.0)]
 
 
@@ -116,6 +126,7 @@ class FedAvg(Protocol):
         history = pd.DataFrame(rows)
         summary = summarise(history, self.rounds)
         summary["sampler"] = sampler.name  # how each local step drew its batch
+        summary["topology_read"] = topology_read(sim.network)  # topology=ring records a ring it never read
         public = {"initial_model": initial, "participants": torch.stack(participants)}
         final = global_model.expand(n, -1).clone()
         return Outcome(history, final, summary, truth=sim.recorder.truth(), public=public)

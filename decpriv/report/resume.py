@@ -44,6 +44,12 @@ def _status(folder: Path) -> dict:
         return {}
 
 
+def run_digest(folder: Path) -> str | None:
+    """The config digest of the run a folder holds (None: no run.json, a corrupt one, or none recorded)."""
+    found = _status(folder).get("config_digest")
+    return str(found) if found else None
+
+
 def already_completed(folder: Path, digest: str) -> bool:
     """A completed run of this config whose summary.csv is whole (a garbage one is rerun)."""
     meta = _status(folder)

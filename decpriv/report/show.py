@@ -291,7 +291,11 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
     if meta:
         console.print(
             f"[bold]{run}[/]  status={meta.get('status')}  seed={meta.get('seed')}  device={meta.get('device')}  "
-            f"wall={meta.get('wall_seconds', {}).get('total', '?')}s",
+            f"wall={meta.get('wall_seconds', {}).get('total', '?')}s"
+            + "".join(
+                f"  {k.rsplit('.', 1)[-1]}={v['ran']} ({v['requested']})"
+                for k, v in meta.get("settled", {}).items()
+            ),
             highlight=False,
         )
         if meta.get("error"):

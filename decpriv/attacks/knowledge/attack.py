@@ -14,7 +14,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion.engine import InversionConfig, invert
 from decpriv.attacks.knowledge import dgd, gossip
-from decpriv.attacks.knowledge.matrix import Knowledge, rational_matrix
+from decpriv.attacks.knowledge.matrix import Knowledge, check_decidable, rational_matrix
 from decpriv.attacks.knowledge.plots import outcome_graph, reconstruction_grid
 from decpriv.attacks.knowledge.sweeps import fig2_horizon
 from decpriv.errors import bad_value
@@ -153,6 +153,8 @@ class KnowledgeMatrix(Attack):
             )
         if protocol.name == "dsgd":
             self.check_dgd(context)
+        else:  # a network too large to decide is refused now, not after simulating it
+            check_decidable(context.network.W, context.adversary.nodes, steps)
         return Plan(protocol.name, steps)
 
     def horizon(self, context: AttackContext) -> int:

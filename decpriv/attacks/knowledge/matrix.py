@@ -227,15 +227,42 @@ def gossip_row_space(
             return full_rank_knowledge(islice(blocks, leading + 1), n, total, tol, leading)
         check = gossip_decider(W, integer, attackers, seen, steps)
     if n > dense_max:  # a bound, not a swap storm: memory and time grow as n^2 and n^3
-        raise bad_value(
-            "topology.n",
-            n,
-            f"the certified test found no full rank in {steps} steps, and the dense decision would take "
-            f"about {4 * 8 * n * n / 1e9:.1f} GB and {n**3:.1e} operations",
-            f"use topology.n <= {dense_max}, or more corrupt nodes or rounds so that the attackers' view "
-            "reaches every node",
-        )
+        raise too_dense(n, f"the certified test found no full rank in {steps} steps", dense_max)
     return row_space(blocks, n, rcond, tol, check)
+
+
+def too_dense(n: int, why: str, dense_max: int = DENSE_MAX) -> ConfigError:
+    """The refusal of a decision only the dense float64 path could make, past ``dense_max`` nodes."""
+    return bad_value(
+        "topology.n",
+        n,
+        f"{why}, and the dense decision would take about {4 * 8 * n * n / 1e9:.1f} GB "
+        f"and {n**3:.1e} operations",
+        f"use topology.n <= {dense_max}, or more corrupt nodes or rounds so that the attackers' view "
+        "reaches every node",
+    )
+
+
+def check_decidable(W: sp.csr_array, attackers: np.ndarray, steps: int, dense_max: int = DENSE_MAX) -> None:
+    """Before the simulation: refuse a gossip run past ``dense_max`` nodes whose certified full-rank test
+    cannot succeed (fewer rows in K_T than nodes, or a gossip matrix of no small-denominator fractions),
+    so that only the dense decision :func:`gossip_row_space` refuses could answer. Whether the certified
+    test reaches full rank with enough rows is known only by running it, after the simulation."""
+    n = W.shape[0]
+    if n <= dense_max:
+        return
+    seen = len(observed_nodes(sp.csr_array(W != 0), attackers))
+    rows = len(attackers) + steps * seen
+    if rows < n:
+        why = (
+            f"K_T has {rows} rows ({len(attackers)} corrupt nodes, {steps} steps of {seen} observed "
+            f"neighbours) for {n} unknowns, so no full rank can be certified"
+        )
+        raise too_dense(n, why, dense_max)
+    if integer_matrix(W) is None:
+        raise too_dense(
+            n, "the gossip matrix has no small-denominator form, so no full rank can be certified", dense_max
+        )
 
 
 def full_rank_knowledge(

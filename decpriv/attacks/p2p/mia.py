@@ -8,8 +8,9 @@ global model the server broadcast (user view, "fl_global"): under secure aggrega
 aggregate the protocol revealed, not an average of the masked updates.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Annotated, Literal
 
 import numpy as np
@@ -32,6 +33,8 @@ from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
 from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
 from decpriv.attacks.p2p.scores import SCORES, Score
 from decpriv.config_types import Range, checked
+from decpriv.data.datasets import Dataset
+from decpriv.data.partition import LocalData
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Findings
@@ -178,30 +181,54 @@ def forward_many(model: FunctionalModel, thetas: torch.Tensor, x: torch.Tensor, 
 MIA_MEMORY = 5e8  # bytes of null statistics held at once (rows are scored in chunks below it)
 
 
-def balanced_sets(counts: np.ndarray, n_test: int, rng: np.random.Generator, pool: str = "balanced"):
+def balanced_sets(
+    counts: np.ndarray,
+    n_test: int,
+    rng: np.random.Generator,
+    pool: str = "balanced",
+    nodes: np.ndarray | None = None,
+):
     """Equal numbers of members and non-members per node: c_v = min(|D_v|, |O|) of each, drawn uniformly
     (Pasquini et al. 2023, Sec. 4.1: |X| = |O|); ``pool="all"``: every member against the whole held-out
     set (the AUC and the advantage weigh both classes equally, so the balance is not needed and a
-    17-image draw only adds variance). Returns the kept member slots (n, M) of the padded local sets, and
-    the test indices (n, C) with their mask (n, C)."""
-    if pool == "all":
-        slots = np.arange(counts.max())
-        outside = np.broadcast_to(np.arange(n_test), (len(counts), n_test))
-        return (
-            torch.as_tensor(slots < counts[:, None]),
-            torch.as_tensor(outside.copy()),
-            torch.ones(len(counts), n_test, dtype=torch.bool),
-        )
-    keep_count = np.minimum(counts, n_test)
+    17-image draw only adds variance). Returns, for each of ``nodes`` (sorted, distinct; default every
+    node), the kept member slots (rows, M) of the padded local sets, and the test indices (rows, C) with
+    their mask (rows, C). Only those rows are held: the victims of 30000 nodes against 40000 held-out
+    samples, not a nodes x samples array; the draws are those of every node's (rows kept from the stream)."""
+    nodes = np.arange(len(counts)) if nodes is None else np.asarray(nodes)
+    mine = counts[nodes]
     slots = np.arange(counts.max())
-    keys = np.where(slots < counts[:, None], rng.random((len(counts), len(slots))), 2.0)
+    if pool == "all":
+        return (
+            torch.as_tensor(slots < mine[:, None]),
+            torch.arange(n_test).expand(len(nodes), -1),  # one held-out set for all: a view, no copy
+            torch.ones(1, n_test, dtype=torch.bool).expand(len(nodes), -1),
+        )
+    keep_count = np.minimum(mine, n_test)
+    keys = np.where(slots < mine[:, None], _kept_rows(rng, len(counts), len(slots), nodes), 2.0)
     members = keys.argsort(1).argsort(1) < keep_count[:, None]
-    outside = rng.random((len(counts), n_test)).argsort(1)[:, : keep_count.max()]
+    outside = _kept_rows(rng, len(counts), n_test, nodes).argsort(1)[:, : keep_count.max()]
     return (
         torch.as_tensor(members),
         torch.as_tensor(outside),
         torch.as_tensor(np.arange(outside.shape[1]) < keep_count[:, None]),
     )
+
+
+DRAW_BLOCK = 2**22  # uniform draws held at once (32 MB) while the rows of other nodes are skipped
+
+
+def _kept_rows(rng: np.random.Generator, rows: int, width: int, kept: np.ndarray) -> np.ndarray:
+    """``rng.random((rows, width))[kept]`` drawn a block of rows at a time, so only the kept rows are
+    held: a Generator fills an array in order, so the numbers are the whole draw's and ``rng`` ends where
+    that draw would leave it."""
+    out = np.empty((len(kept), width))
+    block = max(1, DRAW_BLOCK // max(width, 1))
+    for start in range(0, rows, block):
+        drawn = rng.random((min(block, rows - start), width))
+        here = np.flatnonzero((kept >= start) & (kept < start + block))
+        out[here] = drawn[kept[here] - start]
+    return out
 
 
 @dataclass(eq=False)
@@ -229,57 +256,96 @@ def score_targets(
     ``permutations`` shuffled-membership draws (seed stream ``attack.mia.null``), and the model's
     generalisation error acc(X) - acc(O) on the union X of the training sets and the test set O (Sec. 3)."""
     local, data = truth.local, truth.dataset
-    fn = SCORES[score]
-    keep, outside_idx, outside_mask = balanced_sets(
-        local.counts.numpy(), len(data.x_test), seeds.numpy("attack.mia.balance"), pool
-    )
-    # the statistics hold a few (rows, permutations, samples) float64 tensors: about 0.5 GB at most
-    samples = keep.shape[1] + outside_idx.shape[1]
-    chunk = max(1, min(chunk, int(MIA_MEMORY // (8 * 6 * permutations * samples))))
     victims = torch.as_tensor(targets.table.victim.to_numpy().copy())
     # one set of relabellings per victim, shared by all its rows, so that means and maxima over rounds
-    # and views have a valid null too
+    # and views have a valid null too; the sets are built for the victims alone (row ``which``)
     once, which = torch.unique(victims, return_inverse=True)
-    valid_all = torch.cat([keep[once], outside_mask[once]], 1)
-    members = torch.cat([keep[once], torch.zeros_like(outside_mask[once])], 1)
-    relabelled = shuffled_labels(members, valid_all, permutations, seeds.torch("attack.mia.null"))
-    x_all = local.x[local.mask]
-    y_all = local.y[local.mask]
-    columns: dict[str, list] = {"members": [], "non_members": [], "generalisation_error": []}
-    observed, null = {s: [] for s in STATISTICS}, {s: [] for s in STATISTICS}
-    for start in range(0, len(victims), chunk):
-        thetas = targets.models[start : start + chunk]
-        v = victims[start : start + chunk]
-        with torch.no_grad():
-            inside = forward_many(model, thetas, local.x[v], shared=False)
-            outside = forward_many(model, thetas, data.x_test, shared=True)
-            train = forward_many(model, thetas, x_all, shared=True)
-        s_out = fn(outside.double(), data.y_test.expand(len(v), -1)).gather(1, outside_idx[v])
-        pooled = torch.cat([fn(inside.double(), local.y[v]), s_out], 1)
-        valid = torch.cat([keep[v], outside_mask[v]], 1)
-        labels = torch.cat([torch.ones_like(keep[v]), torch.zeros_like(outside_mask[v])], 1) & valid
-        true = statistics(pooled, valid, labels[:, None, :], thresholds)
-        drawn = statistics(pooled, valid, relabelled[which[start : start + chunk]], thresholds)
-        for name in STATISTICS:
-            observed[name].append(true[name][:, 0].numpy())
-            null[name].append(drawn[name].numpy())
-        columns["members"].append(keep[v].sum(1).numpy())
-        columns["non_members"].append(outside_mask[v].sum(1).numpy())
-        columns["generalisation_error"].append(
-            (
-                (train.argmax(-1) == y_all).double().mean(1)
-                - (outside.argmax(-1) == data.y_test).double().mean(1)
-            ).numpy()
-        )
+    keep, outside_idx, outside_mask = balanced_sets(
+        local.counts.numpy(), len(data.x_test), seeds.numpy("attack.mia.balance"), pool, once.numpy()
+    )
+    pools = _Pools(model, SCORES[score], thresholds, local, data, keep, outside_idx, outside_mask)
+    # the statistics and a group's relabellings hold a few (rows, permutations, samples) float64 tensors:
+    # about 0.5 GB at most, however many victims (a thousand neighbours of one node: 50 GB at once)
+    samples = keep.shape[1] + outside_idx.shape[1]
+    chunk = max(1, min(chunk, int(MIA_MEMORY // (8 * 6 * permutations * samples))))
+    generator = seeds.torch("attack.mia.null")
+    order = torch.argsort(which, stable=True)  # the rows victim by victim, a group of victims at a time
+    grouped = which[order]
+    parts: list[tuple[torch.Tensor, dict[str, np.ndarray]]] = []
+    for low in range(0, len(once), chunk):
+        high = min(low + chunk, len(once))
+        members = torch.cat([keep[low:high], torch.zeros_like(outside_mask[low:high])], 1)
+        valid = torch.cat([keep[low:high], outside_mask[low:high]], 1)
+        relabelled = shuffled_labels(members, valid, permutations, generator)
+        rows = order[torch.searchsorted(grouped, low) : torch.searchsorted(grouped, high)]
+        for start in range(0, len(rows), chunk):
+            idx = rows[start : start + chunk]
+            parts.append(
+                (
+                    idx,
+                    pools.score(targets.models[idx], victims[idx], which[idx], relabelled[which[idx] - low]),
+                )
+            )
+    back = torch.argsort(torch.cat([idx for idx, _ in parts])).numpy()  # the table's own row order
+    found = {key: np.concatenate([part[key] for _, part in parts])[back] for key in parts[0][1]}
+    null = {name: found.pop(f"null {name}") for name in STATISTICS}
     out = {}
-    null = {name: np.concatenate(draws) for name, draws in null.items()}
     for name in STATISTICS:
-        out[name] = np.concatenate(observed[name])
+        out[name] = found.pop(name)
         for key, values in null_summary(out[name], null[name]).items():
             out[f"{name}_{key}"] = values
-    out.update({key: np.concatenate(parts) for key, parts in columns.items()})
+    out.update(found)
     table = pd.concat([targets.table.reset_index(drop=True), pd.DataFrame(out)], axis=1)
     return Scored(table, null)
+
+
+@dataclass(eq=False)
+class _Pools:
+    """What scoring a chunk of tested models reads: the model, the score, the victims' member slots and
+    held-out indices (one row per victim), the local sets and the data."""
+
+    model: FunctionalModel
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # a membership score (SCORES)
+    thresholds: int
+    local: LocalData
+    data: Dataset
+    keep: torch.Tensor
+    outside_idx: torch.Tensor
+    outside_mask: torch.Tensor
+
+    @cached_property
+    def training_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """X, the union of the local training sets (inputs, labels), gathered once."""
+        return self.local.x[self.local.mask], self.local.y[self.local.mask]
+
+    def score(
+        self, thetas: torch.Tensor, v: torch.Tensor, row: torch.Tensor, relabelled: torch.Tensor
+    ) -> dict:
+        """Statistics of models ``thetas`` against victims ``v`` (pool rows ``row``), their null under
+        ``relabelled``, the pool sizes and the generalisation error, one entry per model."""
+        local, data, fn = self.local, self.data, self.fn
+        x_all, y_all = self.training_set
+        with torch.no_grad():
+            inside = forward_many(self.model, thetas, local.x[v], shared=False)
+            outside = forward_many(self.model, thetas, data.x_test, shared=True)
+            train = forward_many(self.model, thetas, x_all, shared=True)
+        s_out = fn(outside.double(), data.y_test.expand(len(v), -1)).gather(1, self.outside_idx[row])
+        pooled = torch.cat([fn(inside.double(), local.y[v]), s_out], 1)
+        keep, mask = self.keep[row], self.outside_mask[row]
+        valid = torch.cat([keep, mask], 1)
+        labels = torch.cat([torch.ones_like(keep), torch.zeros_like(mask)], 1) & valid
+        true = statistics(pooled, valid, labels[:, None, :], self.thresholds)
+        drawn = statistics(pooled, valid, relabelled, self.thresholds)
+        accuracy = (train.argmax(-1) == y_all).double().mean(1) - (
+            outside.argmax(-1) == data.y_test
+        ).double().mean(1)
+        return {
+            **{name: true[name][:, 0].numpy() for name in STATISTICS},
+            **{f"null {name}": drawn[name].numpy() for name in STATISTICS},
+            "members": keep.sum(1).numpy(),
+            "non_members": mask.sum(1).numpy(),
+            "generalisation_error": accuracy.numpy(),
+        }
 
 
 def view_summary(scored: Scored, view: str, prefix: str) -> dict[str, float]:
