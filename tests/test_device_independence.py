@@ -160,3 +160,4 @@ def test_auto_records_the_device_that_ran(tmp_path):
     meta = json.loads((result.path / "run.json").read_text())
     assert meta["device"] == expected and result.summary["device"] == expected
     assert meta["device_name"] == result.summary["device_name"] != ""
+    assert meta["settled"]["device"] == {"requested": "auto", "ran": expected}
