@@ -28,6 +28,7 @@ from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.attacks.base import Attack
 from decpriv.built import Setup
+from decpriv.data.datasets import cache_folder
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import ConfigError, Diverged, bad_value
@@ -78,9 +79,15 @@ def errors_attributed_to(plugin: str):
         raise
 
 
-def build(cfg: DictConfig) -> Setup:
-    """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
+def build(cfg: DictConfig, sealed: bool = False) -> Setup:
+    """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant.
+
+    ``sealed`` (the command line's and :func:`decpriv.api.run`'s build): the attack's ``prepare`` (its
+    refusals included) runs in a sealed process (:mod:`decpriv.seal`), never here; without it (the
+    Python API's in-process experiments) it runs in this process, beside the data."""
     validate(cfg)
+    if sealed and isinstance(cfg.get("attack"), DictConfig):  # its imports overlap the build
+        zygote.warm(str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None)
     seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
@@ -131,7 +138,8 @@ def build(cfg: DictConfig) -> Setup:
     if attack is not None:
         setup.attack_context = attack_context(setup)
         with errors_attributed_to("attack"):
-            setup.plan = _prepare_attack(setup)
+            refuse_unfit(setup)
+            setup.plan = sealed_prepare(setup) if sealed else attack.prepare(setup.attack_context)
     if accountant is not None:
         accountant.check(setup)
     if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
@@ -200,7 +208,8 @@ def attack_context(setup: Setup) -> AttackContext:
     )
 
 
-def _prepare_attack(setup: Setup) -> Any:
+def refuse_unfit(setup: Setup) -> None:
+    """The pipeline's own refusals of an attack: no adversary, or a defense it cannot forge through."""
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
     if attack.needs_adversary and not adversary.present:
         raise bad_value(
@@ -226,13 +235,33 @@ def _prepare_attack(setup: Setup) -> Any:
             "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
             "adversary.sybils=<victim>)",
         )
-    return attack.prepare(setup.attack_context)
+
+
+def sealed_prepare(setup: Setup) -> Any:
+    """The attack's ``prepare`` in a sealed process of its own, for its refusals before any folder exists:
+    its plan comes back as plain data, and the process ends here (the run starts its own)."""
+    with seal_of(setup) as sealed:
+        return sealed.prepare(setup.attack_context)
+
+
+def seal_of(setup: Setup, hide: tuple[str, ...] = ()) -> Sealed:
+    """A sealed process for the setup's attack, as it was built from its config; ``hide``: folders it
+    does not see (under the namespace seal)."""
+    attack, streams = setup.attack, scoped(setup.seeds, "attack.")
+    return Sealed(setup.sealed_attack, attack.name, type(attack).__module__, streams, hide)
+
+
+def hidden_folders(cfg: DictConfig, folder: RunFolder) -> tuple[str, ...]:
+    """What the sealed process must not read: the run folder, decpriv's data cache and ``data.root``."""
+    root = cfg.data.get("root") if isinstance(cfg.get("data"), DictConfig) else None
+    folders = [folder.path, cache_folder(""), *([Path(str(root)).expanduser()] if root else [])]
+    return tuple(str(Path(f).resolve()) for f in folders)
 
 
 def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
     """:func:`build`, naming the protocol's default attack when it is the one that refuses the config."""
     try:
-        return build(cfg)
+        return build(cfg, sealed=True)
     except ConfigError as error:
         default = choices.get("attack")
         is_default = default == f"{choices.get('protocol')}_default" and cfg.get("attack") is not None
@@ -263,8 +292,6 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
-    if setup.attack is not None:  # a config that passed: the sealed attack's zygote imports meanwhile
-        zygote.warm(type(setup.attack).__module__)
     return Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught)
 
 
@@ -431,9 +458,8 @@ def _pipeline(
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
         early = setup.attack is not None and acts_during_run(setup.attack)
-        if setup.attack is not None:  # the process starts now and imports while the protocol runs
-            module = type(setup.attack).__module__
-            sealed = Sealed(setup.sealed_attack, module, scoped(setup.seeds, "attack."))
+        if setup.attack is not None:
+            sealed = seal_of(setup, hidden_folders(cfg, folder))
         if early:
             with progress.phase(folder, "prepare", show_progress, setup.attack.name):
                 plan = sealed_plan(setup, sealed)
@@ -450,6 +476,7 @@ def _pipeline(
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
                 "attack_oracle": setup.oracle,
+                **({"seal": sealed.seal} if sealed is not None else {}),  # namespace | process
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
@@ -541,6 +568,7 @@ def _attack_and_account(
                 view = replace(view, plan=sealed_plan(setup, sealed))
             # the one door to ground truth, declared in the config (marked everywhere)
             findings = sealed.run(replace(view, oracle=truth if setup.oracle else None))
+            sealed.close()  # the attack's process, and all it started, end with its phase
         with progress.phase(folder, "evaluate", show_progress):
             report.merge(attack.evaluate(findings, truth, view))
             report.summary["attack_oracle"] = setup.oracle
