@@ -1,20 +1,22 @@
 """The sealed attack process: an attack's code runs where the truth does not exist.
 
-For each run the pipeline (:mod:`decpriv.experiment`) has the zygote (:mod:`decpriv.zygote`, a clean
-interpreter started once) fork a child, and hands it over a socket, pickled: the attack as it was built
-from its config (before any of its methods ran), then the :class:`~decpriv.adversary.view.AttackContext`,
-the per-round observations of an active behaviour and the :class:`~decpriv.adversary.view.View`. The
-child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds` asks the pipeline for each ``attack.*``
-stream), no config, no run folder (its working directory is an empty temporary one), no command line of
-ours and an environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
-:class:`~decpriv.truth.Truth` live in the pipeline's process only, so no frame walk, garbage-collector
-scan or stored attribute of the attack can reach them. A declared oracle (``attack.oracle=true``) is the
-one way the truth crosses, put in the View by the pipeline itself.
+For each run (and for the precheck's ``prepare``) the pipeline (:mod:`decpriv.experiment`) has the zygote
+(:mod:`decpriv.zygote`, a clean interpreter started once) fork a session, and hands it over a socket,
+pickled: the attack as it was built from its config (before any of its methods ran), then the
+:class:`~decpriv.adversary.view.AttackContext`, the per-round observations of an active behaviour and the
+:class:`~decpriv.adversary.view.View`. The child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds`
+asks the pipeline for each ``attack.*`` stream), no config, no run folder, no command line of ours and an
+environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
+:class:`~decpriv.truth.Truth` live in the pipeline's process only. What comes back is data, never code:
+the child answers in primitives and the pipeline builds plain values from them (:mod:`decpriv.plain`),
+warnings and errors as built-in types. A declared oracle (``attack.oracle=true``) is the one way the
+truth crosses, put in the View by the pipeline itself. Under the namespace seal the child also sees no
+other process and no run folder, and its whole tree ends with the session (:mod:`decpriv.zygote`).
 
-What it does not close: channels of the operating system open to any process of the same user (another
-process's ``/proc`` entries, files on disk) and guessing the root seed (a small integer) to re-simulate the
-world. Run untrusted attack code under another user or in a container for those. Linux and macOS only
-(fork, file descriptors passed over Unix sockets).
+What it does not close (docs/ARCHITECTURE.md, "The seal"): the root seed, which the attacker's own data
+and its stream seeds fingerprint; code the pipeline itself runs (the attack module's import, ``evaluate``);
+under the process seal, what root or the same user can read of another process. Linux and macOS only
+(fork, file descriptors passed over Unix sockets; namespaces on Linux).
 """
 
 import builtins
