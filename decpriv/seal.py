@@ -101,8 +101,8 @@ class Sealed:
             raise RuntimeError(f"the sealed attack process ended during attack.{method}") from None
         except plain.NotPlain as error:
             raise NotPlainResult(self.name, method, error.kind) from None
-        if type(message) is not tuple or not message or message[0] not in ANSWERS:
-            raise NotPlainResult(self.name, method, f"message {plain.type_name(message)}")
+        if not well_formed(message):
+            raise NotPlainResult(self.name, method, f"message {plain.type_name(message)} of another form")
         return message
 
     def call(self, method: str, *args: Any) -> Any:
@@ -113,16 +113,19 @@ class Sealed:
             message = self._receive(method)
             if message[0] == "stream":
                 try:
-                    self._send(("seed", self._streams(str(message[1]))))
+                    self._send(("seed", self._streams(message[1])))
                 except PermissionError as error:
                     self._send(("refused", str(error)))
                 continue
             for category, text in message[-1]:
-                warnings.warn(str(text), builtin(category, Warning, UserWarning), stacklevel=3)
+                kind = builtin(category, Warning, UserWarning)
+                warnings.warn(
+                    text if kind.__name__ == category else f"{category}: {text}", kind, stacklevel=3
+                )
             if message[0] == "done":
                 return message[1]
             if message[0] == "notplain":
-                raise NotPlainResult(self.name, method, str(message[1]))
+                raise NotPlainResult(self.name, method, message[1])
             raise rebuilt_error(*message[1:4])
 
     def expect(self, value: Any, method: str, *kinds: type) -> Any:
@@ -134,8 +137,10 @@ class Sealed:
     def prepare(self, context) -> Any:
         """The plan, as plain data; a plan that is not (an active attack's forger) stays over there, and
         this side holds a :class:`KeptThere` in its place."""
-        kind, plan = self.expect(self.call("prepare", context), "prepare", tuple)
-        self._plan = KeptThere(self.name, str(plan)) if kind == "kept" else plan
+        answer = self.expect(self.call("prepare", context), "prepare", tuple)
+        if len(answer) != 2 or answer[0] not in ("plan", "kept"):
+            raise NotPlainResult(self.name, "prepare", "tuple of another form")
+        self._plan = KeptThere(self.name, str(answer[1])) if answer[0] == "kept" else answer[1]
         return self._plan
 
     def _theirs(self, plan: Any) -> Any:
@@ -168,7 +173,32 @@ class Sealed:
         self._lifeline.close()
 
 
-ANSWERS = ("stream", "done", "error", "notplain")
+# what the sealed process may say: (kind, its fields as types, then the warnings it raised)
+ANSWERS: dict[str, tuple[type, ...]] = {
+    "stream": (str,),
+    "done": (object,),
+    "notplain": (str,),
+    "error": (str, str, str),
+}
+
+
+def well_formed(message: Any) -> bool:
+    """An answer of a known kind, its fields of their types, ending with (category, text) warnings."""
+    if type(message) is not tuple or not message or message[0] not in ANSWERS:
+        return False
+    fields = ANSWERS[message[0]]
+    if message[0] == "stream":
+        return len(message) == 2 and type(message[1]) is str
+    if len(message) != len(fields) + 2 or not all(
+        isinstance(v, t) for v, t in zip(message[1:], fields, strict=False)
+    ):
+        return False
+    kept = message[-1]
+    return type(kept) is list and all(
+        type(w) is tuple and len(w) == 2 and all(type(p) is str for p in w) for w in kept
+    )
+
+
 ENDING = 10.0  # seconds to wait for the warden to end a session's processes
 
 
@@ -194,18 +224,13 @@ def builtin(name: Any, base: type, fallback: type) -> type:
     return kind if isinstance(kind, type) and issubclass(kind, base) else fallback
 
 
-def rebuilt_error(name: Any, text: Any, trace: Any) -> Exception:
+def rebuilt_error(name: str, text: str, trace: str) -> Exception:
     """The sealed process's error as a built-in one (a refusal as decpriv's ConfigError: exit status 2),
     its traceback as a note."""
-    text = str(text)
-    if name == "ConfigError":
-        error: Exception = ConfigError(text)
-    else:
-        try:
-            error = builtin(name, Exception, RuntimeError)(text)
-        except Exception:  # a built-in that wants other arguments (UnicodeDecodeError ...)
-            error = RuntimeError(f"{name}: {text}")
-    if type(error) is RuntimeError and name != "RuntimeError":
+    kind = ConfigError if name == "ConfigError" else builtin(name, Exception, RuntimeError)
+    try:
+        error = kind(text) if kind.__name__ == name else RuntimeError(f"{name}: {text}")
+    except Exception:  # a built-in that wants other arguments (UnicodeDecodeError ...)
         error = RuntimeError(f"{name}: {text}")
     error.add_note(f"in the sealed attack process:\n{trace}")
     return error

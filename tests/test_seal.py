@@ -9,21 +9,25 @@ marked in run.json, summary.csv and the view.
 """
 
 import ctypes
+import io
 import json
 import math
 import os
 import pickle
+import re
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import seal_attacks
 import torch
 from conftest import DECPRIV
 
-from decpriv import api, experiment, zygote
+from decpriv import api, experiment, plain, zygote
+from decpriv.adversary.behaviour import Forgery
 from decpriv.report import headline
 from decpriv.report.document import run_document
 from decpriv.rng import ScopedSeeds, Seeds, derive_seed, scoped
@@ -235,3 +239,47 @@ def test_a_plugin_beside_conf_imports_in_the_sealed_process(peek_conf):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((peek_conf / "run" / "run.json").read_text())["attack"] == "mine"
+
+
+def test_plain_data_round_trips_as_its_base_types():
+    """What honest attacks return comes back equal, as the base classes; a Parameter as a tensor."""
+    frame = pd.DataFrame(
+        {"a": [1, 2], "b": ["x", None], "c": pd.Categorical(["u", "v"]), "d": pd.array([1, None], "Int64")}
+    )
+    values = {
+        "nested": (1, 2.5, "s", None, b"b", [True, {3: (4,)}], {5}, frozenset({6}), complex(1, 2)),
+        "tensor": torch.arange(6.0).reshape(2, 3),
+        "bfloat16": torch.tensor([1.5], dtype=torch.bfloat16),
+        "parameter": torch.nn.Parameter(torch.ones(2)),
+        "array": np.arange(6).reshape(3, 2),
+        "objects": np.array(["a", 1], dtype=object),
+        "scalar": np.float32(2.5),
+        "frame": frame.set_index(["a", "b"]),
+        "series": pd.Series([1.0, 2.0], name="s"),
+        "forgery": Forgery(np.array([1]), np.array([2]), torch.ones(1, 2)),
+    }
+    back = plain.load(io.BytesIO(plain.dumps(values)))
+    assert back["nested"] == values["nested"] and type(back["scalar"]) is np.float32
+    assert type(back["parameter"]) is torch.Tensor and torch.equal(back["parameter"], torch.ones(2))
+    for key in ("tensor", "bfloat16"):
+        assert torch.equal(back[key], values[key]) and back[key].dtype == values[key].dtype
+    assert np.array_equal(back["array"], values["array"]) and list(back["objects"]) == ["a", 1]
+    pd.testing.assert_frame_equal(back["frame"], values["frame"])
+    pd.testing.assert_series_equal(back["series"], values["series"])
+    assert type(back["forgery"]) is Forgery and torch.equal(back["forgery"].values, torch.ones(1, 2))
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        (pickle.dumps(seal_attacks.Payload("x")), "seal_attacks.steal"),
+        (pickle.dumps(torch.ones(2)), "torch._utils._rebuild_tensor_v2"),  # even torch's own: no global
+        (pickle.dumps(("record", "seal_attacks", "Hostile", ("dict", []))), "seal_attacks.Hostile"),
+        (pickle.dumps(("record", "decpriv.seal", "_answer", ("dict", []))), "decpriv.seal._answer"),
+        (pickle.dumps(("eval", "1")), "a value tagged 'eval'"),
+        (b"\x80\x05garbage", "not a pickle of primitives"),
+    ],
+)
+def test_the_decoder_builds_no_code(payload, named):
+    with pytest.raises(plain.NotPlain, match=re.escape(named)):
+        plain.load(io.BytesIO(payload))
