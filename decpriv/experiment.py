@@ -6,6 +6,7 @@ leaves nothing behind.
 """
 
 import hashlib
+import inspect
 import json
 import pickle
 import time
@@ -90,6 +91,9 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
         zygote.warm(str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None)
     seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
+    with errors_attributed_to("attack"):  # its module, constructor and pickling run before any data exists
+        attack = build_plugin(cfg.attack) if cfg.get("attack") else None
+        sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
     dataset = build_plugin(cfg.data, seeds=seeds)
     if len(dataset.y_train) < network.n:
@@ -112,9 +116,6 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
     adversary = build_plugin(cfg.adversary, network=network, seeds=seeds)
     if adversary.graph is not None:  # Sybils that chose their own edges (adversary.rewire)
         network = Network.build(adversary.graph, build_plugin(cfg.gossip_matrix))
-    with errors_attributed_to("attack"):
-        attack = build_plugin(cfg.attack) if cfg.get("attack") else None
-        sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
     accountant = build_plugin(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
     setup = Setup(
         cfg=cfg,
@@ -142,11 +143,25 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
             setup.plan = sealed_prepare(setup) if sealed else attack.prepare(setup.attack_context)
     if accountant is not None:
         accountant.check(setup)
-    if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
+    if audits(attack):  # after check: the accountant may have calibrated the noise
         with errors_attributed_to("attack"):
             # the auditor reruns the protocol and defense itself (no data) and checks the accountant
             setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
+
+
+def declared(attack: Attack, key: str, default: Any) -> Any:
+    """The attack's class attribute ``key``, read without running its code (a property would run here,
+    beside the data): a plain value (bool, str, tuple, None), else ``default``."""
+    value = inspect.getattr_static(attack, key, default)
+    return value if type(value) in (bool, str, tuple, type(None)) else default
+
+
+def audits(attack: Attack | None) -> bool:
+    """decpriv's audit (its plan built here, by its own ``plan_trials``: the mechanism, never the data)."""
+    trials = inspect.getattr_static(type(attack), "plan_trials", None)
+    own = str(getattr(trials, "__module__", "")).startswith("decpriv.attacks.")
+    return attack is not None and declared(attack, "audits", False) is True and own
 
 
 def sealable(attack: Any) -> bytes | None:
@@ -211,26 +226,27 @@ def attack_context(setup: Setup) -> AttackContext:
 def refuse_unfit(setup: Setup) -> None:
     """The pipeline's own refusals of an attack: no adversary, or a defense it cannot forge through."""
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
-    if attack.needs_adversary and not adversary.present:
+    name, active = declared(attack, "name", "attack"), declared(attack, "active", False) is True
+    if declared(attack, "needs_adversary", True) is not False and not adversary.present:
         raise bad_value(
             "adversary.count",
             0,
-            f"attack={attack.name} needs corrupt nodes",
+            f"attack={name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
-    if attack.active and defense.own_aggregation:
+    if active and defense.own_aggregation:
         raise bad_value(
             "defense",
             defense.name,
-            f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
+            f"attack={name} forges messages for the plain gossip average W x, which this defense "
             "replaces by its own aggregation rule",
             "drop the defense or use a passive attack",
         )
-    if attack.active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
+    if active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
         raise bad_value(
             "defense",
             defense.name,
-            f"attack={attack.name} must cancel the victim's neighbours' individual updates, which secure "
+            f"attack={name} must cancel the victim's neighbours' individual updates, which secure "
             "aggregation hides from every single node",
             "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
             "adversary.sybils=<victim>)",
@@ -248,7 +264,8 @@ def seal_of(setup: Setup, hide: tuple[str, ...] = ()) -> Sealed:
     """A sealed process for the setup's attack, as it was built from its config; ``hide``: folders it
     does not see (under the namespace seal)."""
     attack, streams = setup.attack, scoped(setup.seeds, "attack.")
-    return Sealed(setup.sealed_attack, attack.name, type(attack).__module__, streams, hide)
+    name = declared(attack, "name", "attack")
+    return Sealed(setup.sealed_attack, name, type(attack).__module__, streams, hide)
 
 
 def hidden_folders(cfg: DictConfig, folder: RunFolder) -> tuple[str, ...]:
@@ -461,7 +478,7 @@ def _pipeline(
         if setup.attack is not None:
             sealed = seal_of(setup, hidden_folders(cfg, folder))
         if early:
-            with progress.phase(folder, "prepare", show_progress, setup.attack.name):
+            with progress.phase(folder, "prepare", show_progress, sealed.name):
                 plan = sealed_plan(setup, sealed)
         with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress, sealed if early else None, plan)
@@ -508,7 +525,7 @@ def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
     audit's plan is the pipeline's own (``plan_trials``: the mechanism, built here, no data)."""
     with errors_attributed_to("attack"):
         plan = sealed.prepare(setup.attack_context)
-    return setup.plan if getattr(setup.attack, "audits", False) else plan
+    return setup.plan if audits(setup.attack) else plan
 
 
 def _built(
@@ -563,7 +580,7 @@ def _attack_and_account(
     attack = setup.attack
     if attack is not None:
         truth = ground_truth(setup, outcome)  # in this process only: it crosses as a declared oracle
-        with progress.phase(folder, "attack", show_progress, attack.name):
+        with progress.phase(folder, "attack", show_progress, sealed.name):
             if not acts_during_run(attack):  # its prepare had not run yet
                 view = replace(view, plan=sealed_plan(setup, sealed))
             # the one door to ground truth, declared in the config (marked everywhere)
@@ -575,7 +592,7 @@ def _attack_and_account(
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
             report.merge(setup.accountant.account(setup))
-    if getattr(attack, "audits", False):
+    if audits(attack):
         with progress.phase(folder, "reconcile", show_progress):
             attack.reconcile(report, setup.plan)
 

@@ -350,3 +350,19 @@ class HostileMembership(MembershipInference):
     def run(self, view):
         super().run(view)
         send_raw(("done", Payload(self.marker, patch_scorer), []))
+
+
+class Lurker(Hostile):
+    """Code the pipeline might run beside the data before the attack phase: a property it reads for its
+    refusals, and the pickling of the attack for its sealed process."""
+
+    @property
+    def active(self):
+        steal(self.marker)
+        return False
+
+    def __getstate__(self):
+        return {**vars(self), "stash": by_gc()}
+
+    def run(self, view):
+        return pd.DataFrame({"way": ["pickling"], "found": [str(getattr(self, "stash", math.nan))]})

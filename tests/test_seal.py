@@ -9,6 +9,7 @@ marked in run.json, summary.csv and the view.
 """
 
 import ctypes
+import gc
 import io
 import json
 import math
@@ -44,7 +45,7 @@ def peek_conf(tmp_path, monkeypatch):
     (tmp_path / "conf" / "attack" / "peek.yaml").write_text(
         "# peek: every way in at the truth (tests/seal_attacks.py)\n_target_: seal_attacks.Peek\noracle: false\n"
     )
-    for name, target in (("hostile", "Hostile"), ("hostile_forger", "HostileForger")):
+    for name, target in (("hostile", "Hostile"), ("hostile_forger", "HostileForger"), ("lurker", "Lurker")):
         (tmp_path / "conf" / "attack" / f"{name}.yaml").write_text(
             f"_target_: seal_attacks.{target}\n{HOSTILE}"
         )
@@ -171,6 +172,16 @@ def test_warnings_and_errors_cross_as_built_in_types(peek_conf):
         api.run(hostile("error", marker), out_dir="run2")
     assert type(raised.value) is RuntimeError
     assert not marker.exists()  # neither the warning's class nor the error's unpickling ran here
+
+
+def test_no_attack_code_runs_beside_the_data_before_the_attack_phase(peek_conf):
+    """The pipeline reads the attack's class attributes without running a property, and pickles it for
+    its sealed process before any data exists."""
+    gc.collect()  # no data of an earlier test left for the pickling to find
+    marker = peek_conf / "stolen"
+    api.run(hostile("", marker, attack="lurker"), out_dir="run")
+    found = pd.read_csv(peek_conf / "run" / "hostile.csv").set_index("way").found
+    assert math.isnan(found["pickling"]) and not marker.exists()
 
 
 def test_a_tensor_subclass_reaches_scoring_as_a_plain_tensor(peek_conf):
