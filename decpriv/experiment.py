@@ -256,7 +256,7 @@ def refuse_unfit(setup: Setup) -> None:
 def sealed_prepare(setup: Setup) -> Any:
     """The attack's ``prepare`` in a sealed process of its own, for its refusals before any folder exists:
     its plan comes back as plain data, and the process ends here (the run starts its own)."""
-    with seal_of(setup) as sealed:
+    with seal_of(setup, hidden_folders(setup.cfg, None)) as sealed:
         return sealed.prepare(setup.attack_context)
 
 
@@ -268,10 +268,14 @@ def seal_of(setup: Setup, hide: tuple[str, ...] = ()) -> Sealed:
     return Sealed(setup.sealed_attack, name, type(attack).__module__, streams, hide)
 
 
-def hidden_folders(cfg: DictConfig, folder: RunFolder) -> tuple[str, ...]:
+def hidden_folders(cfg: DictConfig, folder: RunFolder | None) -> tuple[str, ...]:
     """What the sealed process must not read: the run folder, decpriv's data cache and ``data.root``."""
     root = cfg.data.get("root") if isinstance(cfg.get("data"), DictConfig) else None
-    folders = [folder.path, cache_folder(""), *([Path(str(root)).expanduser()] if root else [])]
+    folders = [
+        *([folder.path] if folder else []),
+        cache_folder(""),
+        *([Path(str(root)).expanduser()] if root else []),
+    ]
     return tuple(str(Path(f).resolve()) for f in folders)
 
 
