@@ -519,8 +519,9 @@ def acts_during_run(attack: Attack) -> bool:
     """Whether the attack's code runs during the simulation (it forges, or it picks the links to record):
     its plan is then needed before the run. Otherwise the base class's defaults run here (they read
     nothing) and ``prepare`` runs in the sealed process after the simulation."""
-    kind = type(attack)
-    return kind.behaviour is not Attack.behaviour or kind.kept_links is not Attack.kept_links
+    kind = type(attack)  # read statically: a metaclass's attribute lookup is the attack's code too
+    own = ("behaviour", "kept_links")
+    return any(inspect.getattr_static(kind, name) is not inspect.getattr_static(Attack, name) for name in own)
 
 
 def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
