@@ -10,6 +10,7 @@ an interpreter that has seen nothing of any run, in milliseconds. Standard libra
 
 import atexit
 import ctypes
+import errno
 import importlib
 import os
 import shutil
@@ -118,6 +119,12 @@ NAMESPACES = [
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = (
+    442,
+    -100,
+    0x8000,
+    1,
+)  # one number on every arch
 
 
 def seal_kind() -> str:
@@ -150,8 +157,8 @@ def _prctl(option: int, value: int) -> None:
 
 def _checked(result: int, what: str) -> None:
     if result != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
 
 
 _zygote: list[Zygote] = []  # this process's zygote, started at the first sealed attack (or warm())
@@ -196,7 +203,7 @@ def warden(session_fd: int, lifeline_fd: int, hide: list[str], seal: str, sessio
     """One session's keeper: it forks the sealed child, waits for the pipeline to close the lifeline (the
     attack phase ended, or the pipeline died), then ends the child's whole process tree and answers.
     Namespace seal: the child is the init of a PID namespace of its own (its end ends every process in
-    it), in a mount namespace where ``hide`` are empty and /proc shows its own processes only. Process
+    it), in a mount namespace of its own (:func:`_confine`). Process
     seal: the warden is a subreaper, so a detached grandchild is still its own to end."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if seal == "namespace":
@@ -209,7 +216,7 @@ def warden(session_fd: int, lifeline_fd: int, hide: list[str], seal: str, sessio
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             if seal == "namespace":
-                _hide(hide)
+                _confine(hide)
             session(socket.socket(fileno=session_fd))
         finally:
             os._exit(0)
@@ -225,15 +232,30 @@ def warden(session_fd: int, lifeline_fd: int, hide: list[str], seal: str, sessio
     os._exit(0)
 
 
-def _hide(folders: list[str]) -> None:
-    """Mount an empty folder over each of ``folders``, and a /proc of this PID namespace's own."""
+class MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+
+def _confine(folders: list[str]) -> None:
+    """In the session's own mount namespace: a /proc of its PID namespace alone, an empty folder over each
+    of ``folders``, every other mount read-only (nothing it writes outlives it or reaches the pipeline:
+    no source, no run folder, no cache), and an empty writable /tmp and /dev/shm of its own."""
     libc = _libc()
-    _checked(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _checked(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
     for folder in folders:
         if os.path.isdir(folder):
-            flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
             _checked(
                 libc.mount(b"tmpfs", folder.encode(), b"tmpfs", flags, b"size=4k,mode=0"), f"hide {folder}"
+            )
+    read_only = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    done = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(read_only), 32)
+    if done != 0 and ctypes.get_errno() != errno.ENOSYS:  # a kernel before 5.12 has no mount_setattr
+        _checked(done, "make / read-only")
+    for scratch in ("/tmp", "/dev/shm"):
+        if os.path.isdir(scratch):
+            _checked(
+                libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"), scratch
             )
 
 

@@ -8,6 +8,7 @@ fail); through the pipeline none of them does; a declared ``attack.oracle=true``
 marked in run.json, summary.csv and the view.
 """
 
+import contextlib
 import ctypes
 import gc
 import io
@@ -222,12 +223,31 @@ def test_the_sealed_process_sees_no_pipeline_run_folder_or_cache(peek_conf):
     assert json.loads((peek_conf / "run" / "run.json").read_text())["seal"] == "namespace"
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children's children included), from /proc."""
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                children = [int(c) for c in (task / "children").read_text().split()]
+                found += children
+                todo += children
+    return found
+
+
 def test_a_detached_process_ends_with_the_attack_phase(peek_conf, tmp_path_factory):
+    """A daemon (its own session, double-forked) that would rewrite summary.csv: once the run returns,
+    nothing is left below the zygote but the zygote itself."""
     beats = tmp_path_factory.mktemp("beats") / "heartbeat"
     summary = peek_conf / "run" / "summary.csv"
     api.run([*hostile("daemon", ""), f"attack.heartbeat={beats}", f"attack.summary={summary}"], out_dir="run")
-    ended = time.time()
-    time.sleep(2.0)  # the daemon would rewrite summary.csv after 1 s and beat for 4 s
+    ended, root = time.time(), zygote.warm()._process.pid
+    left = descendants(root)
+    while len(left) > (zygote.seal_kind() == "namespace") and time.time() < ended + 2:  # wardens exiting
+        time.sleep(0.05)
+        left = descendants(root)
+    assert len(left) == (zygote.seal_kind() == "namespace")  # under unshare: the zygote
+    time.sleep(1.5)  # the daemon would rewrite summary.csv after 1 s and beat for 4 s
     assert pd.read_csv(summary).status.iloc[0] == "completed" and "findings_type" in pd.read_csv(summary)
     assert not beats.exists() or float(beats.read_text()) < ended
 
