@@ -82,7 +82,7 @@ class Sealed:
         self.seal = processes.seal  # namespace | process, for run.json
         self._socket, self._lifeline = processes.session(module, hide)
         self._file = self._socket.makefile("rwb")
-        self._send(attack, raw=True)
+        self._send(attack)
 
     def __enter__(self) -> "Sealed":
         return self
@@ -90,8 +90,8 @@ class Sealed:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, message: Any, raw: bool = False) -> None:
-        self._file.write(message if raw else pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+    def _send(self, message: Any) -> None:
+        self._file.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
         self._file.flush()
 
     def _receive(self, method: str) -> tuple:
@@ -108,7 +108,10 @@ class Sealed:
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method`` over there; serve its stream requests; re-raise its warnings and its error here,
         as built-in types."""
-        self._send(("call", method, args))
+        try:
+            self._send(("call", method, args))
+        except OSError:
+            raise RuntimeError(f"the sealed attack process ended before attack.{method}") from None
         while True:
             message = self._receive(method)
             if message[0] == "stream":
@@ -240,7 +243,19 @@ def _is_theirs(plan: Any) -> bool:
     return isinstance(plan, str) and plan == THEIRS
 
 
+@dataclass(frozen=True)
+class Unloaded:
+    """The sealed process's attack when it could not be unpickled there."""
+
+    why: str
+
+
 def _serve(attack: Any, state: dict[str, Any], method: str, args: tuple) -> Any:
+    if isinstance(attack, Unloaded):
+        raise RuntimeError(
+            f"the attack could not be rebuilt in its sealed process ({attack.why}): its module must import "
+            "there as it does here (the same PYTHONPATH, no state outside the attack object)"
+        )
     if method == "run" and _is_theirs(args[0].plan):
         args = (replace(args[0], plan=state["plan"]),)
     elif method in ("kept_links", "behaviour") and _is_theirs(args[1]):
@@ -305,7 +320,11 @@ def session(connection: socket.socket) -> None:
     rng.CHANNEL = ask
     state: dict[str, Any] = {}
     try:
-        attack = pickle.load(stream)
+        data = pickle.load(stream)  # the attack's pickle, whole, whatever its unpickling does
+        try:
+            attack = pickle.loads(data)
+        except Exception as error:  # its module does not import here: each call answers why
+            attack = Unloaded(f"{type(error).__name__}: {error}")
         while True:
             message = pickle.load(stream)
             _answer(stream, attack, state, message[1], message[2])

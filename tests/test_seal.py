@@ -314,3 +314,20 @@ def test_plain_data_round_trips_as_its_base_types():
 def test_the_decoder_builds_no_code(payload, named):
     with pytest.raises(plain.NotPlain, match=re.escape(named)):
         plain.load(io.BytesIO(payload))
+
+
+def test_an_attack_whose_module_does_not_import_over_there_fails_in_one_sentence(
+    peek_conf, monkeypatch, tmp_path_factory
+):
+    """A module on a path added after the zygote started (its import path is the one it started with)."""
+    zygote.warm()
+    late = tmp_path_factory.mktemp("late")
+    (late / "late_attack.py").write_text(
+        "from seal_attacks import Hostile\n\n\nclass Late(Hostile):\n    name = 'late'\n"
+    )
+    monkeypatch.syspath_prepend(str(late))
+    (peek_conf / "conf" / "attack" / "late.yaml").write_text(f"_target_: late_attack.Late\n{HOSTILE}")
+    with pytest.raises(
+        RuntimeError, match=r"could not be rebuilt in its sealed process \(ModuleNotFoundError"
+    ):
+        api.run(["attack=late", "protocol.rounds=3"], out_dir="run")
