@@ -257,6 +257,7 @@ def _confine(folders: list[str]) -> None:
             _checked(
                 libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"), scratch
             )
+    os.environ["TMPDIR"] = tempfile.tempdir = "/tmp"  # a TMPDIR elsewhere is read-only here
 
 
 def _end_tree() -> None:

@@ -304,6 +304,8 @@ class Hostile(Attack):
     def look(self) -> pd.DataFrame:
         """What the operating system shows of the pipeline, its run folder and the data cache."""
         me = os.getpid()
+        with contextlib.suppress(OSError):  # code planted for the pipeline's next import
+            Path(self.project, "planted.py").write_text("import os\n")
         rows = {
             "cmdline": read_text(f"/proc/{self.pipeline}/cmdline"),
             "fds": "\n".join(fd_targets(self.pipeline)),

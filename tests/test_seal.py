@@ -211,7 +211,7 @@ def sealed_in_namespaces() -> bool:
 @pytest.mark.skipif(not sealed_in_namespaces(), reason="no user namespaces here: the process seal (docs)")
 def test_the_sealed_process_sees_no_pipeline_run_folder_or_cache(peek_conf):
     """The pipeline's /proc entries (command line, open files, memory) and the run folder are out of
-    reach; a secret in the pipeline's memory stays unread."""
+    reach, a secret in the pipeline's memory stays unread, and nothing can be written for it to read."""
     secret = ctypes.create_string_buffer(b"the pipeline's secret, 32 bytes")
     more = [f"attack.pipeline={os.getpid()}", f"attack.address={ctypes.addressof(secret)}", "attack.size=31"]
     api.run([*hostile("look", ""), *more, f"attack.project={peek_conf}"], out_dir="run")
@@ -219,6 +219,7 @@ def test_the_sealed_process_sees_no_pipeline_run_folder_or_cache(peek_conf):
     assert found["memory"] == "" and found["fds"] == "" and found["cache"] == ""
     assert found["cmdline"] != Path("/proc/self/cmdline").read_text()
     assert found["run files"] == ""  # the run folder is empty over there
+    assert not (peek_conf / "planted.py").exists()  # every mount read-only over there
     assert int(found["processes"]) <= 1  # its own PID namespace: itself (and /proc's own entry)
     assert json.loads((peek_conf / "run" / "run.json").read_text())["seal"] == "namespace"
 
