@@ -6,6 +6,7 @@ leaves nothing behind.
 """
 
 import hashlib
+import inspect
 import json
 import math
 import pickle
@@ -29,6 +30,7 @@ from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.attacks.base import Attack
 from decpriv.built import Setup
+from decpriv.data.datasets import cache_folder
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.device import device_name, resolve_device
@@ -89,11 +91,20 @@ def check_enough_data(data: DictConfig, train: int, n: int) -> None:
     )
 
 
-def build(cfg: DictConfig) -> Setup:
-    """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant."""
+def build(cfg: DictConfig, sealed: bool = False) -> Setup:
+    """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant.
+
+    ``sealed`` (the command line's and :func:`decpriv.api.run`'s build): the attack's ``prepare`` (its
+    refusals included) runs in a sealed process (:mod:`decpriv.seal`), never here; without it (the
+    Python API's in-process experiments) it runs in this process, beside the data."""
     validate(cfg)
+    if sealed and isinstance(cfg.get("attack"), DictConfig):  # its imports overlap the build
+        zygote.warm(str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None)
     seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
+    with errors_attributed_to("attack"):  # its module, constructor and pickling run before any data exists
+        attack = build_plugin(cfg.attack) if cfg.get("attack") else None
+        sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
     network = Network.build(build_plugin(cfg.topology), build_plugin(cfg.gossip_matrix))
     dataset = build_plugin(cfg.data, seeds=seeds)
     check_enough_data(cfg.data, len(dataset.y_train), network.n)
@@ -109,9 +120,6 @@ def build(cfg: DictConfig) -> Setup:
     adversary = build_plugin(cfg.adversary, network=network, seeds=seeds)
     if adversary.graph is not None:  # Sybils that chose their own edges (adversary.rewire)
         network = Network.build(adversary.graph, build_plugin(cfg.gossip_matrix))
-    with errors_attributed_to("attack"):
-        attack = build_plugin(cfg.attack) if cfg.get("attack") else None
-        sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
     accountant = build_plugin(cfg.accountant) if cfg.get("accountant") else default_accountant(defense)
     setup = Setup(
         cfg=cfg,
@@ -135,14 +143,29 @@ def build(cfg: DictConfig) -> Setup:
     if attack is not None:
         setup.attack_context = attack_context(setup)
         with errors_attributed_to("attack"):
-            setup.plan = _prepare_attack(setup)
+            refuse_unfit(setup)
+            setup.plan = sealed_prepare(setup) if sealed else attack.prepare(setup.attack_context)
     if accountant is not None:
         accountant.check(setup)
-    if getattr(attack, "audits", False):  # after check: the accountant may have calibrated the noise
+    if audits(attack):  # after check: the accountant may have calibrated the noise
         with errors_attributed_to("attack"):
             # the auditor reruns the protocol and defense itself (no data) and checks the accountant
             setup.plan = attack.plan_trials(setup.attack_context, protocol, setup.defense, accountant)
     return setup
+
+
+def declared(attack: Attack, key: str, default: Any) -> Any:
+    """The attack's class attribute ``key``, read without running its code (a property would run here,
+    beside the data): a plain value (bool, str, tuple, None), else ``default``."""
+    value = inspect.getattr_static(attack, key, default)
+    return value if type(value) in (bool, str, tuple, type(None)) else default
+
+
+def audits(attack: Attack | None) -> bool:
+    """decpriv's audit (its plan built here, by its own ``plan_trials``: the mechanism, never the data)."""
+    trials = inspect.getattr_static(type(attack), "plan_trials", None)
+    own = str(getattr(trials, "__module__", "")).startswith("decpriv.attacks.")
+    return attack is not None and declared(attack, "audits", False) is True and own
 
 
 def sealable(attack: Any) -> bytes | None:
@@ -204,39 +227,66 @@ def attack_context(setup: Setup) -> AttackContext:
     )
 
 
-def _prepare_attack(setup: Setup) -> Any:
+def refuse_unfit(setup: Setup) -> None:
+    """The pipeline's own refusals of an attack: no adversary, or a defense it cannot forge through."""
     attack, adversary, defense = setup.attack, setup.adversary, setup.defense
-    if attack.needs_adversary and not adversary.present:
+    name, active = declared(attack, "name", "attack"), declared(attack, "active", False) is True
+    if declared(attack, "needs_adversary", True) is not False and not adversary.present:
         raise bad_value(
             "adversary.count",
             0,
-            f"attack={attack.name} needs corrupt nodes",
+            f"attack={name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
-    if attack.active and defense.own_aggregation:
+    if active and defense.own_aggregation:
         raise bad_value(
             "defense",
             defense.name,
-            f"attack={attack.name} forges messages for the plain gossip average W x, which this defense "
+            f"attack={name} forges messages for the plain gossip average W x, which this defense "
             "replaces by its own aggregation rule",
             "drop the defense or use a passive attack",
         )
-    if attack.active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
+    if active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
         raise bad_value(
             "defense",
             defense.name,
-            f"attack={attack.name} must cancel the victim's neighbours' individual updates, which secure "
+            f"attack={name} must cancel the victim's neighbours' individual updates, which secure "
             "aggregation hides from every single node",
             "drop the defense, or recover one victim's update with two Sybils (attack=sybil_evasion "
             "adversary.sybils=<victim>)",
         )
-    return attack.prepare(setup.attack_context)
+
+
+def sealed_prepare(setup: Setup) -> Any:
+    """The attack's ``prepare`` in a sealed process of its own, for its refusals before any folder exists:
+    its plan comes back as plain data, and the process ends here (the run starts its own)."""
+    with seal_of(setup, hidden_folders(setup.cfg, None)) as sealed:
+        return sealed.prepare(setup.attack_context)
+
+
+def seal_of(setup: Setup, hide: tuple[str, ...] = ()) -> Sealed:
+    """A sealed process for the setup's attack, as it was built from its config; ``hide``: folders it
+    does not see (under the namespace seal)."""
+    attack, streams = setup.attack, scoped(setup.seeds, "attack.")
+    name = declared(attack, "name", "attack")
+    return Sealed(setup.sealed_attack, name, type(attack).__module__, streams, hide)
+
+
+def hidden_folders(cfg: DictConfig, folder: RunFolder | None) -> tuple[str, ...]:
+    """What the sealed process must not read: the run folder, decpriv's data cache and ``data.root``."""
+    root = cfg.data.get("root") if isinstance(cfg.get("data"), DictConfig) else None
+    folders = [
+        *([folder.path] if folder else []),
+        cache_folder(""),
+        *([Path(str(root)).expanduser()] if root else []),
+    ]
+    return tuple(str(Path(f).resolve()) for f in folders)
 
 
 def build_explained(cfg: DictConfig, choices: dict[str, Any]) -> Setup:
     """:func:`build`, naming the protocol's default attack when it is the one that refuses the config."""
     try:
-        return build(cfg)
+        return build(cfg, sealed=True)
     except InstantiationException as error:
         refused = blocked_target(error, cfg, choices)
         if refused is None:
@@ -272,8 +322,6 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, not shown: the run itself reports them
         setup = build_explained(cfg, choices or {})
-    if setup.attack is not None:  # a config that passed: the sealed attack's zygote imports meanwhile
-        zygote.warm(type(setup.attack).__module__)
     return Prebuilt(OmegaConf.to_container(cfg), setup, time.perf_counter() - begin, caught)
 
 
@@ -440,11 +488,10 @@ def _pipeline(
         setup = _built(cfg, folder, choices, show_progress, prebuilt)
         record_settled(cfg, setup, folder, config_columns)
         early = setup.attack is not None and acts_during_run(setup.attack)
-        if setup.attack is not None:  # the process starts now and imports while the protocol runs
-            module = type(setup.attack).__module__
-            sealed = Sealed(setup.sealed_attack, module, scoped(setup.seeds, "attack."))
+        if setup.attack is not None:
+            sealed = seal_of(setup, hidden_folders(cfg, folder))
         if early:
-            with progress.phase(folder, "prepare", show_progress, setup.attack.name):
+            with progress.phase(folder, "prepare", show_progress, sealed.name):
                 plan = sealed_plan(setup, sealed)
         with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress, sealed if early else None, plan)
@@ -459,6 +506,7 @@ def _pipeline(
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
                 "attack_oracle": setup.oracle,
+                **({"seal": sealed.seal} if sealed is not None else {}),  # namespace | process
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
@@ -480,8 +528,9 @@ def acts_during_run(attack: Attack) -> bool:
     """Whether the attack's code runs during the simulation (it forges, or it picks the links to record):
     its plan is then needed before the run. Otherwise the base class's defaults run here (they read
     nothing) and ``prepare`` runs in the sealed process after the simulation."""
-    kind = type(attack)
-    return kind.behaviour is not Attack.behaviour or kind.kept_links is not Attack.kept_links
+    kind = type(attack)  # read statically: a metaclass's attribute lookup is the attack's code too
+    own = ("behaviour", "kept_links")
+    return any(inspect.getattr_static(kind, name) is not inspect.getattr_static(Attack, name) for name in own)
 
 
 def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
@@ -490,7 +539,7 @@ def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
     audit's plan is the pipeline's own (``plan_trials``: the mechanism, built here, no data)."""
     with errors_attributed_to("attack"):
         plan = sealed.prepare(setup.attack_context)
-    return setup.plan if getattr(setup.attack, "audits", False) else plan
+    return setup.plan if audits(setup.attack) else plan
 
 
 def record_settled(cfg: DictConfig, setup: Setup, folder: RunFolder, config_columns: dict[str, Any]) -> None:
@@ -563,18 +612,19 @@ def _attack_and_account(
     attack = setup.attack
     if attack is not None:
         truth = ground_truth(setup, outcome)  # in this process only: it crosses as a declared oracle
-        with progress.phase(folder, "attack", show_progress, attack.name):
+        with progress.phase(folder, "attack", show_progress, sealed.name):
             if not acts_during_run(attack):  # its prepare had not run yet
                 view = replace(view, plan=sealed_plan(setup, sealed))
             # the one door to ground truth, declared in the config (marked everywhere)
             findings = sealed.run(replace(view, oracle=truth if setup.oracle else None))
+            sealed.close()  # the attack's process, and all it started, end with its phase
         with progress.phase(folder, "evaluate", show_progress):
             report.merge(attack.evaluate(findings, truth, view))
             report.summary["attack_oracle"] = setup.oracle
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
             report.merge(setup.accountant.account(setup))
-    if getattr(attack, "audits", False):
+    if audits(attack):
         with progress.phase(folder, "reconcile", show_progress):
             attack.reconcile(report, setup.plan)
 

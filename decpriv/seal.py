@@ -1,22 +1,25 @@
 """The sealed attack process: an attack's code runs where the truth does not exist.
 
-For each run the pipeline (:mod:`decpriv.experiment`) has the zygote (:mod:`decpriv.zygote`, a clean
-interpreter started once) fork a child, and hands it over a socket, pickled: the attack as it was built
-from its config (before any of its methods ran), then the :class:`~decpriv.adversary.view.AttackContext`,
-the per-round observations of an active behaviour and the :class:`~decpriv.adversary.view.View`. The
-child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds` asks the pipeline for each ``attack.*``
-stream), no config, no run folder (its working directory is an empty temporary one), no command line of
-ours and an environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
-:class:`~decpriv.truth.Truth` live in the pipeline's process only, so no frame walk, garbage-collector
-scan or stored attribute of the attack can reach them. A declared oracle (``attack.oracle=true``) is the
-one way the truth crosses, put in the View by the pipeline itself.
+For each run (and for the precheck's ``prepare``) the pipeline (:mod:`decpriv.experiment`) has the zygote
+(:mod:`decpriv.zygote`, a clean interpreter started once) fork a session, and hands it over a socket,
+pickled: the attack as it was built from its config (before any of its methods ran), then the
+:class:`~decpriv.adversary.view.AttackContext`, the per-round observations of an active behaviour and the
+:class:`~decpriv.adversary.view.View`. The child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds`
+asks the pipeline for each ``attack.*`` stream), no config, no run folder, no command line of ours and an
+environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
+:class:`~decpriv.truth.Truth` live in the pipeline's process only. What comes back is data, never code:
+the child answers in primitives and the pipeline builds plain values from them (:mod:`decpriv.plain`),
+warnings and errors as built-in types. A declared oracle (``attack.oracle=true``) is the one way the
+truth crosses, put in the View by the pipeline itself. Under the namespace seal the child also sees no
+other process and no run folder, and its whole tree ends with the session (:mod:`decpriv.zygote`).
 
-What it does not close: channels of the operating system open to any process of the same user (another
-process's ``/proc`` entries, files on disk) and guessing the root seed (a small integer) to re-simulate the
-world. Run untrusted attack code under another user or in a container for those. Linux and macOS only
-(fork, file descriptors passed over Unix sockets).
+What it does not close (docs/ARCHITECTURE.md, "The seal"): the root seed, which the attacker's own data
+and its stream seeds fingerprint; code the pipeline itself runs (the attack module's import, ``evaluate``);
+under the process seal, what root or the same user can read of another process. Linux and macOS only
+(fork, file descriptors passed over Unix sockets; namespaces on Linux).
 """
 
+import builtins
 import os
 import pickle
 import shutil
@@ -27,16 +30,28 @@ import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from decpriv import rng, zygote
+from decpriv import plain, rng, zygote
 from decpriv.adversary.behaviour import Behaviour, Forgery
+from decpriv.errors import ConfigError
 
 THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
+PLAIN = "numbers, strings, lists, tuples, dicts, numpy arrays, torch tensors, pandas frames"
+
+
+class NotPlainResult(RuntimeError):
+    """What the sealed process sent back is not plain data: the run fails, naming the attack and the type."""
+
+    def __init__(self, attack: str, method: str, kind: str):
+        super().__init__(
+            f"attack={attack}: its {method} returned a {kind}, which cannot leave the sealed attack process; "
+            f"return plain data ({PLAIN}) or decpriv's own result types"
+        )
 
 
 class SealedBehaviour(Behaviour):
@@ -49,48 +64,86 @@ class SealedBehaviour(Behaviour):
     def forge(
         self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor
     ) -> Forgery | None:
-        return self._sealed.call("forge", round_, senders, observed.cpu(), own.cpu())
+        forgery = self._sealed.call("forge", round_, senders, observed.cpu(), own.cpu())
+        return self._sealed.expect(forgery, "behaviour's forge", Forgery, type(None))
 
 
 class Sealed:
     """The pipeline's handle on one run's sealed attack process: the :class:`~decpriv.attacks.base.Attack`
     methods that see only the adversary's knowledge (``prepare``, ``kept_links``, ``behaviour``, ``run``),
-    each run over there. ``streams`` answers the process's ``attack.*`` stream names."""
+    each run over there. ``streams`` answers the process's ``attack.*`` stream names. What comes back is
+    read as plain data (:mod:`decpriv.plain`); anything else fails the run, naming the attack and the type."""
 
-    def __init__(self, attack: bytes, module: str, streams: Callable[[str], int]):
-        self._streams, self._plan = streams, THEIRS  # no plan until prepare ran over there
-        self._socket = zygote.warm(module).session(module)
+    def __init__(
+        self, attack: bytes, name: str, module: str, streams: Callable[[str], int], hide: tuple[str, ...] = ()
+    ):
+        self.name, self._streams, self._plan = name, streams, THEIRS  # no plan until prepare ran there
+        processes = zygote.warm(module)
+        self.seal = processes.seal  # namespace | process, for run.json
+        self._socket, self._lifeline = processes.session(module, hide)
         self._file = self._socket.makefile("rwb")
-        self._send(attack, raw=True)
+        self._send(attack)
 
-    def _send(self, message: Any, raw: bool = False) -> None:
-        self._file.write(message if raw else pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+    def __enter__(self) -> "Sealed":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, message: Any) -> None:
+        self._file.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
         self._file.flush()
 
+    def _receive(self, method: str) -> tuple:
+        try:
+            message = plain.load(self._file)
+        except EOFError:
+            raise RuntimeError(f"the sealed attack process ended during attack.{method}") from None
+        except plain.NotPlain as error:
+            raise NotPlainResult(self.name, method, error.kind) from None
+        if not well_formed(message):
+            raise NotPlainResult(self.name, method, f"message {plain.type_name(message)} of another form")
+        return message
+
     def call(self, method: str, *args: Any) -> Any:
-        """Run ``method`` over there; serve its stream requests; re-raise its warnings and its error here."""
-        self._send(("call", method, args))
+        """Run ``method`` over there; serve its stream requests; re-raise its warnings and its error here,
+        as built-in types."""
+        try:
+            self._send(("call", method, args))
+        except OSError:
+            raise RuntimeError(f"the sealed attack process ended before attack.{method}") from None
         while True:
-            try:
-                message = pickle.load(self._file)
-            except EOFError:
-                raise RuntimeError(f"the sealed attack process ended during attack.{method}") from None
+            message = self._receive(method)
             if message[0] == "stream":
                 try:
                     self._send(("seed", self._streams(message[1])))
                 except PermissionError as error:
                     self._send(("refused", str(error)))
                 continue
-            for text, category in message[-1]:
-                warnings.warn(text, category, stacklevel=3)
+            for category, text in message[-1]:
+                kind = builtin(category, Warning, UserWarning)
+                warnings.warn(
+                    text if kind.__name__ == category else f"{category}: {text}", kind, stacklevel=3
+                )
             if message[0] == "done":
                 return message[1]
-            error, trace = message[1], message[2]
-            error.add_note(f"in the sealed attack process:\n{trace}")
-            raise error
+            if message[0] == "notplain":
+                raise NotPlainResult(self.name, method, message[1])
+            raise rebuilt_error(*message[1:4])
+
+    def expect(self, value: Any, method: str, *kinds: type) -> Any:
+        """``value`` when it is of one of ``kinds``, else the run fails naming the attack and its type."""
+        if not isinstance(value, kinds):
+            raise NotPlainResult(self.name, method, plain.type_name(value))
+        return value
 
     def prepare(self, context) -> Any:
-        self._plan = self.call("prepare", context)
+        """The plan, as plain data; a plan that is not (an active attack's forger) stays over there, and
+        this side holds a :class:`KeptThere` in its place."""
+        answer = self.expect(self.call("prepare", context), "prepare", tuple)
+        if len(answer) != 2 or answer[0] not in ("plan", "kept"):
+            raise NotPlainResult(self.name, "prepare", "tuple of another form")
+        self._plan = KeptThere(self.name, str(answer[1])) if answer[0] == "kept" else answer[1]
         return self._plan
 
     def _theirs(self, plan: Any) -> Any:
@@ -99,33 +152,121 @@ class Sealed:
         return THEIRS if plan is self._plan else plan
 
     def kept_links(self, context, plan: Any, observed: np.ndarray) -> np.ndarray:
-        return self.call("kept_links", context, self._theirs(plan), observed)
+        kept = self.call("kept_links", context, self._theirs(plan), observed)
+        return self.expect(kept, "kept_links", np.ndarray)
 
     def behaviour(self, context, plan: Any) -> Behaviour | None:
-        return SealedBehaviour(self) if self.call("behaviour", context, self._theirs(plan)) else None
+        active = self.expect(self.call("behaviour", context, self._theirs(plan)), "behaviour", bool)
+        return SealedBehaviour(self) if active else None
 
     def run(self, view) -> Any:
         return self.call("run", replace(view, plan=self._theirs(view.plan)))
 
     def close(self) -> None:
-        """End the session (the child exits when its socket closes)."""
+        """End the session: the process and everything it started end before this returns."""
         with suppress(OSError):
             self._file.close()
         self._socket.close()
+        if self._lifeline.fileno() < 0:
+            return
+        with suppress(OSError):
+            self._lifeline.shutdown(socket.SHUT_WR)
+            self._lifeline.settimeout(ENDING)
+            self._lifeline.recv(1)  # the warden answers once the tree has ended (or it is gone itself)
+        self._lifeline.close()
+
+
+# what the sealed process may say: (kind, its fields as types, then the warnings it raised)
+ANSWERS: dict[str, tuple[type, ...]] = {
+    "stream": (str,),
+    "done": (object,),
+    "notplain": (str,),
+    "error": (str, str, str),
+}
+
+
+def well_formed(message: Any) -> bool:
+    """An answer of a known kind, its fields of their types, ending with (category, text) warnings."""
+    if type(message) is not tuple or not message or message[0] not in ANSWERS:
+        return False
+    fields = ANSWERS[message[0]]
+    if message[0] == "stream":
+        return len(message) == 2 and type(message[1]) is str
+    if len(message) != len(fields) + 2 or not all(
+        isinstance(v, t) for v, t in zip(message[1:], fields, strict=False)
+    ):
+        return False
+    kept = message[-1]
+    return type(kept) is list and all(
+        type(w) is tuple and len(w) == 2 and all(type(p) is str for p in w) for w in kept
+    )
+
+
+ENDING = 10.0  # seconds to wait for the warden to end a session's processes
+
+
+@dataclass(frozen=True)
+class KeptThere:
+    """The pipeline's stand-in for a plan that is not plain data: it stays in the sealed process, which
+    reads its own; ``evaluate`` cannot read it."""
+
+    attack: str
+    kind: str
+
+    def __getattr__(self, key: str) -> Any:
+        raise AttributeError(
+            f"attack={self.attack}: its plan (a {self.kind}) stays in the sealed attack process, so "
+            f"evaluate cannot read view.plan.{key}; make the plan plain data ({PLAIN})"
+        )
+
+
+def builtin(name: Any, base: type, fallback: type) -> type:
+    """The built-in class ``name`` when it is a subclass of ``base``, else ``fallback``: a class of the
+    attack's never crosses (its constructor would run here)."""
+    kind = vars(builtins).get(name) if type(name) is str else None
+    return kind if isinstance(kind, type) and issubclass(kind, base) else fallback
+
+
+def rebuilt_error(name: str, text: str, trace: str) -> Exception:
+    """The sealed process's error as a built-in one (a refusal as decpriv's ConfigError: exit status 2),
+    its traceback as a note."""
+    kind = ConfigError if name == "ConfigError" else builtin(name, Exception, RuntimeError)
+    try:
+        error = kind(text) if kind.__name__ == name else RuntimeError(f"{name}: {text}")
+    except Exception:  # a built-in that wants other arguments (UnicodeDecodeError ...)
+        error = RuntimeError(f"{name}: {text}")
+    error.add_note(f"in the sealed attack process:\n{trace}")
+    return error
 
 
 def _is_theirs(plan: Any) -> bool:
     return isinstance(plan, str) and plan == THEIRS
 
 
+@dataclass(frozen=True)
+class Unloaded:
+    """The sealed process's attack when it could not be unpickled there."""
+
+    why: str
+
+
 def _serve(attack: Any, state: dict[str, Any], method: str, args: tuple) -> Any:
+    if isinstance(attack, Unloaded):
+        raise RuntimeError(
+            f"the attack could not be rebuilt in its sealed process ({attack.why}): its module must import "
+            "there as it does here (the same PYTHONPATH, no state outside the attack object)"
+        )
     if method == "run" and _is_theirs(args[0].plan):
         args = (replace(args[0], plan=state["plan"]),)
     elif method in ("kept_links", "behaviour") and _is_theirs(args[1]):
         args = (args[0], state["plan"], *args[2:])
     if method == "prepare":
         state["plan"] = attack.prepare(*args)
-        return state["plan"]
+        try:
+            plain.flatten(state["plan"])
+        except plain.NotPlain as error:
+            return ("kept", error.kind)
+        return ("plan", state["plan"])
     if method == "behaviour":
         state["behaviour"] = attack.behaviour(*args)
         return state["behaviour"] is not None
@@ -136,30 +277,29 @@ def _serve(attack: Any, state: dict[str, Any], method: str, args: tuple) -> Any:
     return getattr(attack, method)(*args)
 
 
-def _portable(error: BaseException) -> BaseException:
-    """The error itself when it survives pickling, else a RuntimeError naming it."""
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-
-
 def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple) -> None:
+    """Serve one call; send back its result, or its error as (type name, text, traceback), with the
+    warnings it raised as (category name, text): data only (:mod:`decpriv.plain`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            message = ("done", _serve(attack, state, method, args))
+            message: tuple = ("done", _serve(attack, state, method, args))
         except Exception as error:
-            message = ("error", _portable(error), traceback.format_exc())
-    kept = [(str(w.message), w.category) for w in caught]
+            message = ("error", type(error).__name__, _text(error), traceback.format_exc())
+    kept = [(w.category.__name__, _text(w.message)) for w in caught]
     try:
-        data = pickle.dumps((*message, kept), pickle.HIGHEST_PROTOCOL)
-    except Exception as error:  # a result that does not pickle
-        failed = RuntimeError(f"attack.{method} returned what cannot leave its process: {error}")
-        data = pickle.dumps(("error", failed, "", kept))
+        data = plain.dumps((*message, kept))
+    except plain.NotPlain as error:
+        data = plain.dumps(("notplain", error.kind, kept))
     reply.write(data)
     reply.flush()
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 def session(connection: socket.socket) -> None:
@@ -170,7 +310,7 @@ def session(connection: socket.socket) -> None:
     stream = connection.makefile("rwb")
 
     def ask(name: str) -> int:
-        stream.write(pickle.dumps(("stream", name)))
+        stream.write(plain.dumps(("stream", name)))
         stream.flush()
         kind, value = pickle.load(stream)
         if kind == "refused":
@@ -180,7 +320,11 @@ def session(connection: socket.socket) -> None:
     rng.CHANNEL = ask
     state: dict[str, Any] = {}
     try:
-        attack = pickle.load(stream)
+        data = pickle.load(stream)  # the attack's pickle, whole, whatever its unpickling does
+        try:
+            attack = pickle.loads(data)
+        except Exception as error:  # its module does not import here: each call answers why
+            attack = Unloaded(f"{type(error).__name__}: {error}")
         while True:
             message = pickle.load(stream)
             _answer(stream, attack, state, message[1], message[2])
@@ -194,4 +338,4 @@ if __name__ == "__main__":  # the zygote's command (decpriv/zygote.py)
     import decpriv.attacks.base  # noqa: F401  (what every attack, context and view unpickles)
     import decpriv.report.findings  # noqa: F401
 
-    zygote.serve(int(sys.argv[1]), session)
+    zygote.serve(int(sys.argv[1]), sys.argv[2], session)

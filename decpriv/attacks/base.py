@@ -6,7 +6,9 @@ adversary, its own nodes' data, the data's public facts, the protocol's declared
 named ``attack.*``) and the :class:`~decpriv.adversary.view.View` after it; what ``prepare`` decides is its
 plan, handed back as ``view.plan`` (and to ``behaviour``), so ``run`` depends on nothing set on ``self``.
 ``prepare``, ``kept_links``, ``behaviour`` and ``run`` execute in the run's sealed process
-(:mod:`decpriv.seal`): an attack object must pickle, and only what these methods return comes back.
+(:mod:`decpriv.seal`): an attack object must pickle, and what these methods return must be plain data
+(:mod:`decpriv.plain`: numbers, strings, containers, numpy arrays, torch tensors, pandas frames, decpriv's
+own result types) to come back; a plan that is not stays in the sealed process, out of ``evaluate``'s reach.
 """
 
 from abc import ABC, abstractmethod

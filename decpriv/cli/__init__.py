@@ -48,6 +48,9 @@ def _dispatch(argv: list[str], shown: Console) -> int:
     except SystemExit as stop:  # --help (0), or argparse's own refusal (2), already printed
         return int(stop.code or 0)
     if ns.command == "run":
+        from decpriv import zygote
+
+        zygote.warm()  # the sealed attack's interpreter imports torch beside ours (decpriv/seal.py)
         from decpriv.cli.run import run_command
 
         return run_command(ns, argv[1:], shown)
