@@ -53,7 +53,7 @@ def _tables(folder: Path) -> dict[str, bytes]:
 def test_a_run_builds_its_setup_once_and_writes_what_two_builds_wrote(tmp_path, monkeypatch, capsys):
     builds = []
     real_build = experiment.build
-    monkeypatch.setattr(experiment, "build", lambda cfg: builds.append(1) or real_build(cfg))
+    monkeypatch.setattr(experiment, "build", lambda cfg, **kw: builds.append(1) or real_build(cfg, **kw))
     assert main(["run", *SMALL, f"hydra.run.dir={tmp_path / 'once'}"]) == 0
     assert len(builds) == 1  # the precheck's setup is the run's
     meta = json.loads((tmp_path / "once" / "run.json").read_text())
