@@ -17,6 +17,7 @@ from decpriv.errors import ConfigError
 from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.guarantee import guarantee_line
 from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect
@@ -83,9 +84,10 @@ def print_headline(run: Path, console: Console) -> None:
 
 
 def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
-    """The declared oracle's mark, the verdict, a line when the model has not converged, and
-    (``pictures``) the pictures, at most four named, the attack's first."""
-    lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    """The declared oracle's mark, the formal guarantee, the verdict, a line when the model has not
+    converged, and (``pictures``) the pictures, at most four named, the attack's first."""
+    lines = [line for line in [guarantee_line(summary)] if line]
+    lines += [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
     if summary.get("attack_oracle") in (True, "True", "true"):  # decpriv run and show say it
         lines.insert(0, f"[yellow]{headline.ORACLE_NOTE}[/]")
     history = run / "history.csv"
