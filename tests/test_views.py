@@ -141,3 +141,22 @@ def test_every_help_fits_80_columns(capsys, monkeypatch):
             assert main([*([command] if command else []), "--help"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) > 3 and max(map(len, lines)) <= 80, command
+
+
+def test_list_overview_fits_two_screens_with_every_option_and_the_defaults_starred():
+    lines = screen("list")
+    assert len(lines) <= 48  # two 24-line screens at 80 columns
+    listed = {}
+    group = None
+    for line in lines[1:-1]:
+        group = line[:16].strip() or group
+        listed.setdefault(group, []).extend(line[16:].split())
+    conf = Path(__file__).parents[1] / "decpriv" / "conf"
+    for folder in ("topology", "defense", "attack", "experiment", "setting", "adversary"):
+        names = {name.lstrip("*") for name in listed[folder]}
+        assert names == {f.stem for f in (conf / folder).glob("*.yaml")}, folder
+    starred = {g: [n[1:] for n in names if n.startswith("*")] for g, names in listed.items()}
+    assert starred["topology"] == ["ring"] and starred["protocol"] == ["dsgd"] and starred["model"] == ["mlp"]
+    assert starred["defense"] == [] and starred["accountant"] == []  # the default run has neither
+    topology = "\n".join(screen("list", "topology"))
+    assert "Cycle graph" in topology and "n=16" in topology  # descriptions and keys under the group

@@ -162,21 +162,18 @@ def default_options() -> dict[str, str]:
 
 
 def _overview(rows: list[tuple[str, str, str]], width: int) -> list[str]:
-    """Each group's options with their whole descriptions, wrapped under a hanging indent; ``*`` marks
-    the option the default run uses."""
-    defaults, lines = default_options(), ["decpriv config groups (group=option; * the default run's)"]
-    for group in dict.fromkeys(g for g, _, _ in rows):
-        options = [(o, t) for g, o, t in rows if g == group]
-        lines.append(group)
-        pad = min(max(len(o) for o, _ in options), 24) + 5
-        for option, text in options:
-            head = f"  {'*' if defaults.get(group) == option else ' '}{option}  "
-            if len(head) > pad:  # a long option name gets its own line
-                lines.append(head.rstrip())
-                head = ""
-            wrapped = textwrap.wrap(text, max(width - pad, 20), break_on_hyphens=False) or [""]
-            lines += [(head if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
-    return lines
+    """Each group on a line of its own with its options packed after it (wrapped under a hanging indent),
+    ``*`` marking the option the default run uses: every choice on a screen or two. The descriptions are
+    ``decpriv list GROUP``'s."""
+    defaults = default_options()
+    groups = list(dict.fromkeys(g for g, _, _ in rows))
+    pad = max(map(len, groups)) + 2
+    lines = ["decpriv config groups (group=option; * the default run's)"]
+    for group in groups:
+        names = [("*" if defaults.get(group) == o else "") + o for g, o, _ in rows if g == group]
+        wrapped = textwrap.wrap("  ".join(names), max(width - pad, 20), break_on_hyphens=False)
+        lines += [(group if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
+    return [*lines, "each option's description and keys: decpriv list GROUP [GROUP ...]"]
 
 
 def _option_node(root: Path, group: str, option: str) -> DictConfig:
@@ -213,9 +210,9 @@ def option_keys(group: str, option: str) -> list[str]:
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option with its whole description (wrapped, the default marked); with
-    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions and their
-    keys, each with its value and what it accepts."""
+    """Every config group with its options (the default marked); with ``only`` (``decpriv list GROUP``),
+    those groups' options with their whole descriptions and their keys, each with its value and what it
+    accepts."""
     rows = [row for row in config_options() if not only or row[0] in only]
     if not rows:
         return
