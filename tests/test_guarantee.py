@@ -32,9 +32,12 @@ def test_the_conversion_is_below_mironovs_and_sound_for_the_gaussian():
 
 def test_dpsgd_leads_with_pld_at_its_delta_sampler_and_adjacency(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(tmp_path)
     main(["run", "experiment=dpsgd_digits", "~attack", "protocol.rounds=5", "plots=false",
-          f"hydra.run.dir={tmp_path}"])  # fmt: skip
+          f"hydra.run.dir={tmp_path / 'r'}"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "run folder: r"  # relative to the working directory, as a sweep's folders are
+    tmp_path = tmp_path / "r"
     table = pd.read_csv(tmp_path / "privacy.csv")
     q, sigma = table.sampling_rate.max(), table.noise_multiplier.iloc[0]
     pld = pld_epsilon("poisson", q, sigma, 5, 1e-5)  # the same composition, computed here

@@ -21,7 +21,7 @@ from decpriv.report.guarantee import guarantee_line
 from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect
-from decpriv.report.text import fmt, markdown_table, print_frame, without_details
+from decpriv.report.text import fmt, markdown_table, print_frame, shown_path, without_details
 from decpriv.stderr import print_error
 
 
@@ -80,7 +80,7 @@ def print_headline(run: Path, console: Console) -> None:
     for line in [more, baselines_line(rows), *run_notes(run, summary)]:
         if line:
             console.print(line, highlight=False)
-    console.print(f"run folder: [bold]{run}[/]", highlight=False)
+    console.print(f"run folder: [bold]{shown_path(run)}[/]", highlight=False)
 
 
 def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
@@ -316,7 +316,9 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             sweep = True
             errors = failed_lines(frame)
             frame = _sweep_columns(run, frame)
-            title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
+            # the folder alone on the first line: a title never breaks inside its path
+            console.print(f"sweep: [bold]{run}[/]", highlight=False, soft_wrap=True)
+            title = f"{file.name} ({len(frame)} jobs; every column: decpriv report SWEEP)"
             print_frame(frame, title, console, rows, more=f"{file.name}")
             for line in errors:
                 console.print(line, highlight=False)
