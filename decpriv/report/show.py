@@ -176,6 +176,22 @@ def _overview(rows: list[tuple[str, str, str]], width: int) -> list[str]:
     return [*lines, "each option's description and keys: decpriv list GROUP [GROUP ...]"]
 
 
+def group_table(only: list[str] | None = None) -> str:
+    """The README's table of config groups, generated from the yamls: each group's options, the default
+    run's marked ``*``; the presets counted (their own table says what each reproduces)."""
+    rows = [row for row in config_options() if not only or row[0] in only]
+    defaults = default_options()
+    lines = ["| group | options (`*`: the default run's) |", "|---|---|"]
+    for group in dict.fromkeys(g for g, _, _ in rows):
+        names = [("*" if defaults.get(group) == o else "") + o for g, o, _ in rows if g == group]
+        if group == "experiment":
+            cell = f"{len(names)} presets (`decpriv list experiment`; the papers' table below)"
+        else:
+            cell = ", ".join(names)
+        lines.append(f"| `{group}` | {cell} |")
+    return "\n".join(lines)
+
+
 def _option_node(root: Path, group: str, option: str) -> DictConfig:
     """An option's yaml with the same-group options its ``defaults`` list extends (admm extends pdmm)."""
     own = OmegaConf.load(root / group / f"{option}.yaml")
