@@ -221,12 +221,8 @@ class NetworkDPAccountant(Accountant):
                     "epsilon_rdp_theorem1": theorem.sum(axis=0) / n,
                 }
             )
-        table = table.assign(
-            epsilon=np.maximum(table.epsilon_rdp + convert, 0.0),
-            alpha=self.alpha,
-            delta=self.delta,
-            threat="pairwise_network",
-        )
+        at_delta = np.maximum(table.epsilon_rdp + convert, 0.0)
+        table = table.assign(epsilon=at_delta, alpha=self.alpha, delta=self.delta, threat="pairwise_network")
         exact_fraction = float(exact[off].mean()) if n > 1 else 1.0
         summary = {
             "epsilon": max(float(F.max() + convert), 0.0),

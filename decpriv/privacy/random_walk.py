@@ -117,12 +117,8 @@ class RandomWalkAccountant(Accountant):
             table = pd.DataFrame(
                 {"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss, "method": "asymptotic"}
             )
-        table = table.assign(
-            epsilon=np.maximum(table.epsilon_rdp + convert, 0.0),
-            alpha=self.alpha,
-            delta=self.delta,
-            threat="pairwise_network",
-        )
+        at_delta = np.maximum(table.epsilon_rdp + convert, 0.0)
+        table = table.assign(epsilon=at_delta, alpha=self.alpha, delta=self.delta, threat="pairwise_network")
         profile = loss_vs_distance(F, distance)
         summary = {
             "epsilon": max(float(F.max() + convert), 0.0),
