@@ -167,6 +167,7 @@ def test_list_overview_fits_two_screens_with_every_option_and_the_defaults_starr
     assert starred["defense"] == [] and starred["accountant"] == []  # the default run has neither
     topology = "\n".join(screen("list", "topology"))
     assert "Cycle graph" in topology and "n=16" in topology  # descriptions and keys under the group
+    assert any(line.split()[:1] == ["*ring"] for line in screen("list", "topology"))
 
 
 def test_a_sweep_ends_with_one_line_across_its_jobs(tmp_path):

@@ -236,6 +236,8 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
         for line in _overview(rows, console.width):
             console.print(escape(line), highlight=False, soft_wrap=True)
         return
+    defaults = default_options()
+    rows = [(g, ("*" if defaults.get(g) == o else "") + o, t) for g, o, t in rows]
     widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for name, width in zip(("group", "option"), widths, strict=True):
@@ -245,7 +247,7 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
     from decpriv.validation import PLUGIN_GROUPS  # hydra's import, for `decpriv list GROUP` only
 
     for group, option, text in rows:
-        keys = option_keys(group, option) if only and group in PLUGIN_GROUPS else []
+        keys = option_keys(group, option.lstrip("*")) if group in PLUGIN_GROUPS else []
         text = "\n".join([text, *(f"  {k}" for k in keys)])
         table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
