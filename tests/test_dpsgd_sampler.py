@@ -109,13 +109,15 @@ def test_the_accountant_leads_with_the_tightest_of_three_values_and_names_it():
     assert np.allclose(table.epsilon_decpriv_rdp, table.epsilon_dp_accounting_rdp, rtol=1e-6)
     # Poisson sampling: dp-accounting's PLD is below RDP at every node, so it is the reported epsilon
     assert (table.epsilon_dp_accounting_pld < table.epsilon_decpriv_rdp).all()
-    assert (table.epsilon == table.epsilon_dp_accounting_pld).all() and set(table.method) == {PLD_METHOD}
+    assert (table.epsilon == table.epsilon_dp_accounting_pld).all() and set(table.epsilon_method) == {
+        PLD_METHOD
+    }
     assert 4.6 < summary["epsilon"] < 5.2 < 5.3 < summary["epsilon_decpriv_rdp"] < 6.0  # dpsgd_digits
     assert summary["epsilon_method"] == PLD_METHOD and summary["adjacency"] == "add_remove"
     fixed, fixed_summary = privacy_table("defense.sampler=fixed")
     assert set(fixed.sampler) == {"fixed"} and set(fixed.adjacency) == {"replace_one"}
     # no PLD event for fixed-size batches: RDP is the only (and so the tightest) value
-    assert fixed.epsilon_dp_accounting_pld.isna().all() and set(fixed.method) == {RDP_METHOD}
+    assert fixed.epsilon_dp_accounting_pld.isna().all() and set(fixed.epsilon_method) == {RDP_METHOD}
     assert fixed_summary["epsilon"] == fixed_summary["epsilon_decpriv_rdp"] > 3 * summary["epsilon"]
     assert np.allclose(fixed.epsilon, fixed.epsilon_dp_accounting_rdp, rtol=1e-6)
 

@@ -160,7 +160,7 @@ class RenyiAccountant(Accountant):
                 "source": np.arange(setup.network.n),
                 "observer": "average_model" if central else "any",
                 "epsilon": tightest,
-                "method": method,
+                "epsilon_method": method,  # "method" is exact | bound, what the audit reads
                 "alpha": order,
                 "delta": self.delta,
                 "epsilon_decpriv_rdp": own,
