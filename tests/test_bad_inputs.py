@@ -211,7 +211,8 @@ def test_two_runs_at_once_keep_both_results_and_a_killed_run_reads_as_interrupte
     assert len(folders) == 2 and all(read_status(f)["status"] == "completed" for f in folders)
     assert [f.name for f in folders] == ["12-00-00", "12-00-00-2"]  # the second run got a suffix
     printed = ["".join(o.split()) for o in outs]  # the terminal may wrap the path
-    assert all(any(f"runfolder:{f}" in p for p in printed) for f in folders), outs
+    shown = [f.relative_to(tmp_path) for f in folders]  # printed relative to the working directory
+    assert all(any(f"runfolder:{f}" in p for p in printed) for f in shown), outs
     killed.join(timeout=60)
     assert killed.exitcode == -signal.SIGKILL
     raw = json.loads((tmp_path / "killed" / "run.json").read_text())

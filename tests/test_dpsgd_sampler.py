@@ -17,7 +17,7 @@ from decpriv.attacks.audit.reconcile import AuditFailed
 from decpriv.data.partition import LocalData
 from decpriv.data.sampling import Sampler, sampler_of
 from decpriv.privacy.library import library_rdp_epsilon, pld_epsilon
-from decpriv.privacy.rdp import RenyiAccountant
+from decpriv.privacy.rdp import PLD_METHOD, RDP_METHOD, RenyiAccountant
 from decpriv.privacy.sampled_gaussian import poisson_rdp, sampled_gaussian_epsilon, without_replacement_rdp
 
 DPSGD = ("experiment=dpsgd_digits", "plots=false")
@@ -103,24 +103,30 @@ def privacy_table(*overrides) -> tuple[pd.DataFrame, dict]:
     return report.tables["privacy"], report.summary
 
 
-def test_the_accountant_names_the_sampler_and_reports_three_values():
+def test_the_accountant_leads_with_the_tightest_of_three_values_and_names_it():
     table, summary = privacy_table()
     assert set(table.sampler) == {"poisson"} and set(table.adjacency) == {"add_remove"}
-    assert np.allclose(table.epsilon, table.epsilon_dp_accounting_rdp, rtol=1e-6)
-    assert (table.epsilon_dp_accounting_pld < table.epsilon).all()
-    assert (
-        5.3 < summary["epsilon"] < 6.0 and 4.6 < summary["epsilon_dp_accounting_pld"] < 5.2
-    )  # dpsgd_digits' scale
+    assert np.allclose(table.epsilon_decpriv_rdp, table.epsilon_dp_accounting_rdp, rtol=1e-6)
+    # Poisson sampling: dp-accounting's PLD is below RDP at every node, so it is the reported epsilon
+    assert (table.epsilon_dp_accounting_pld < table.epsilon_decpriv_rdp).all()
+    assert (table.epsilon == table.epsilon_dp_accounting_pld).all() and set(table.epsilon_method) == {
+        PLD_METHOD
+    }
+    assert 4.6 < summary["epsilon"] < 5.2 < 5.3 < summary["epsilon_decpriv_rdp"] < 6.0  # dpsgd_digits
+    assert summary["epsilon_method"] == PLD_METHOD and summary["adjacency"] == "add_remove"
     fixed, fixed_summary = privacy_table("defense.sampler=fixed")
     assert set(fixed.sampler) == {"fixed"} and set(fixed.adjacency) == {"replace_one"}
-    assert fixed_summary["epsilon"] > 3 * summary["epsilon"]
+    # no PLD event for fixed-size batches: RDP is the only (and so the tightest) value
+    assert fixed.epsilon_dp_accounting_pld.isna().all() and set(fixed.epsilon_method) == {RDP_METHOD}
+    assert fixed_summary["epsilon"] == fixed_summary["epsilon_decpriv_rdp"] > 3 * summary["epsilon"]
     assert np.allclose(fixed.epsilon, fixed.epsilon_dp_accounting_rdp, rtol=1e-6)
 
 
 def test_calibration_meets_the_target_for_either_sampler():
     for sampler in ("poisson", "fixed"):
         _, summary = privacy_table(f"defense.sampler={sampler}", "defense.epsilon=4")
-        assert summary["epsilon"] == pytest.approx(4.0, rel=1e-6)
+        assert summary["epsilon_decpriv_rdp"] == pytest.approx(4.0, rel=1e-6)
+        assert summary["epsilon"] <= 4.0 * (1 + 1e-6)  # PLD can only tighten the calibrated run
 
 
 class AssumesPoisson(RenyiAccountant):

@@ -65,7 +65,9 @@ def screen(*args: str) -> list[str]:
 
 
 def test_show_sweep_leads_with_status_and_headline_and_names_failures(tmp_path):
-    lines = screen("show", str(make_sweep(tmp_path / "s")))
+    sweep = make_sweep(tmp_path / "s")
+    lines = screen("show", str(sweep))
+    assert lines[0] == f"sweep: {sweep}"  # the folder whole, on a line of its own
     at = next(i for i, line in enumerate(lines) if line.startswith("job "))
     header = lines[at].split()
     assert header[:3] == ["job", "status", "auc"] and header.index("topology") > 2
@@ -87,6 +89,11 @@ def test_report_sweep_leads_with_headline_vs_baseline_counts_flags_states_consta
     assert " ".join(lines[table + 2].split()) == "0.72 ± 0.02 vs 0.56: 3 of 3 ring 3 3 of 3"
     assert " ".join(lines[table + 3].split()) == "0.55 ± 0.071 vs 0.58: 1 of 2 torus 2 1 of 2"
     assert any(line.split()[:2] == ["5", "failed"] and "Diverged" in line for line in lines)
+    # over seeds, each configuration's finding beside its baseline within 80 columns (screen checks the width)
+    at = lines.index(next(line for line in lines if line.startswith("headline over seeds")))
+    assert lines[at + 1].split()[:7] == ["topology", "metric", "beats", "median", "baseline", "min", "max"]
+    assert lines[at + 3].split()[:9] == ["ring", "auc", "3", "of", "3", "0.72", "0.56", "0.7", "0.74"]
+    assert lines[at + 4].split()[:9] == ["torus", "auc", "1", "of", "2", "0.55", "0.58", "0.5", "0.6"]
     aggregate = pd.read_csv(tmp_path / "s" / "report" / "aggregate.csv")
     assert list(dict.fromkeys(aggregate["metric"]))[:2] == ["auc", "auc_null_hi"]
 
@@ -94,8 +101,8 @@ def test_report_sweep_leads_with_headline_vs_baseline_counts_flags_states_consta
 def test_runs_leads_with_status_value_and_baseline(tmp_path):
     lines = screen("runs", "--root", str(make_sweep(tmp_path / "s")))
     at = next(i for i, line in enumerate(lines) if line.startswith("run "))
-    assert lines[at].split()[:3] == ["run", "status", "value"]
-    assert lines[at + 2].split()[1:5] == ["completed", "0.7", "vs", "0.55"]
+    assert lines[at].split()[:3] == ["run", "status", "headline"]
+    assert lines[at + 2].split()[1:5] == ["completed", "auc=0.7", "vs", "0.55"]  # the metric named
     assert lines[at + 7].split()[1] == "failed"
 
 
@@ -141,3 +148,32 @@ def test_every_help_fits_80_columns(capsys, monkeypatch):
             assert main([*([command] if command else []), "--help"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) > 3 and max(map(len, lines)) <= 80, command
+
+
+def test_list_overview_fits_two_screens_with_every_option_and_the_defaults_starred():
+    lines = screen("list")
+    assert len(lines) <= 48  # two 24-line screens at 80 columns
+    listed = {}
+    group = None
+    for line in lines[1:-1]:
+        group = line[:16].strip() or group
+        listed.setdefault(group, []).extend(line[16:].split())
+    conf = Path(__file__).parents[1] / "decpriv" / "conf"
+    for folder in ("topology", "defense", "attack", "experiment", "setting", "adversary"):
+        names = {name.lstrip("*") for name in listed[folder]}
+        assert names == {f.stem for f in (conf / folder).glob("*.yaml")}, folder
+    starred = {g: [n[1:] for n in names if n.startswith("*")] for g, names in listed.items()}
+    assert starred["topology"] == ["ring"] and starred["protocol"] == ["dsgd"] and starred["model"] == ["mlp"]
+    assert starred["defense"] == [] and starred["accountant"] == []  # the default run has neither
+    topology = "\n".join(screen("list", "topology"))
+    assert "Cycle graph" in topology and "n=16" in topology  # descriptions and keys under the group
+    assert any(line.split()[:1] == ["*ring"] for line in screen("list", "topology"))
+
+
+def test_a_sweep_ends_with_one_line_across_its_jobs(tmp_path):
+    from decpriv.report.aggregate import across_jobs
+
+    sweep = make_sweep(tmp_path / "s")
+    line = across_jobs(sweep, pd.read_csv(sweep / "summary.csv"))
+    # completed: 0.70 0.72 0.74 0.50 0.60 against 0.55 0.56 0.57 0.58 0.58: all but 0.50 beat it
+    assert line == "across 5 of 6 jobs: auc median 0.7 (0.5-0.74), 4 of 5 beat their baseline"

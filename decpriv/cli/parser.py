@@ -56,6 +56,9 @@ def _add_hydra_flags(run: argparse.ArgumentParser) -> None:
 def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
     listing = commands.add_parser("list", help="config groups and their options (list runs: past runs)")
     listing.add_argument("groups", nargs="*", metavar="GROUP", help="the groups to list (default: all)")
+    listing.add_argument(
+        "--format", choices=("table", "markdown"), default="table", help="markdown: the README's group table"
+    )
     show = commands.add_parser("show", help="a run's status, summary and tables")
     show.add_argument("run", type=Path, help="a run or sweep folder")
     show.add_argument("--rows", type=int, default=10, help="rows shown per table")

@@ -16,6 +16,11 @@ def list_command(ns: argparse.Namespace, console: Console) -> int:
     if unknown:
         hint = did_you_mean(unknown[0], [*groups, "runs"]) or "groups: " + ", ".join(groups)
         raise ConfigError(f"{unknown[0]}: no such config group; {hint}")
+    if ns.format == "markdown":
+        from decpriv.report.show import group_table
+
+        print(group_table(ns.groups))
+        return 0
     print_groups(console, ns.groups)
     return 0
 

@@ -84,14 +84,19 @@ def _not_completed(sweep: Path, table) -> str:
 
 def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
     """The sweep's folder and the jobs that did not complete, from its ledger: 1 when any did not."""
+    from decpriv.report.aggregate import across_jobs
     from decpriv.report.resume import kept_before
+    from decpriv.report.text import shown_path
 
     table = _ledger_table(sweep, plan.count)
     if table is None or table.empty:
         return 0
     kept = kept_before(sweep, began, plan.count)
     note = f" ({kept} job(s) kept from earlier runs: resume=true)" if kept else ""
-    console.print(f"sweep folder: [bold]{sweep}[/]{note}", highlight=False)
+    console.print(f"sweep folder: [bold]{shown_path(sweep)}[/]{note}", highlight=False)
+    line = across_jobs(sweep, table)  # the finding over the jobs, not only where it lies
+    if line:
+        console.print(line, highlight=False)
     if (table["status"] != "completed").any():
         print_stderr(
             f"[red]{escape(_not_completed(sweep, table))}[/] (summary.csv, decpriv show {sweep}); "

@@ -14,4 +14,5 @@ class Accountant(ABC):
 
     @abstractmethod
     def account(self, setup: Setup) -> Findings:
-        """privacy.csv rows (per node / per pair) and the headline ``epsilon`` for summary.csv."""
+        """privacy.csv rows (per node / per pair) and, for summary.csv, the headline ``epsilon`` (the tightest
+        sound value), ``delta``, ``epsilon_method`` and the neighbouring relation (decpriv/report/guarantee.py)."""

@@ -17,6 +17,8 @@ correlated messages, so it is neither an upper nor a lower bound of the whole vi
 path, K = 2: the far end recovers the other end's noisy value, loss = the level, where f_thm gives 1/3
 of it); it is not used for ``epsilon``.
 The summary's mean loss is eps_bar_v = (1/n) sum_{u != v} f(u, v) (divisor n).
+The (epsilon, delta) of the largest loss uses Canonne, Kamath, Steinke's conversion at the accountant's order
+(:func:`decpriv.privacy.sampled_gaussian.conversion`); Mironov's stands beside it (``epsilon_mironov``).
 """
 
 import math
@@ -42,6 +44,7 @@ from decpriv.graphs.rational import rational_form  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.linear_view import ViewLoss, exact_cost, reach_bound, whole_view_loss  # noqa: E402
 from decpriv.privacy.rdp import Delta, RenyiOrder  # noqa: E402
+from decpriv.privacy.sampled_gaussian import conversion  # noqa: E402
 from decpriv.report.findings import Findings  # noqa: E402
 
 MAX_PAIR_ROWS = 300  # above this many nodes privacy.csv holds per-observer means instead of n^2 pairs
@@ -190,7 +193,7 @@ class NetworkDPAccountant(Accountant):
         F, lower, exact = level * view.loss, level * view.lower, view.exact
         theorem = draws * pairwise_loss(network.W, network.adjacency, steps, level, accelerated)
         profile = loss_vs_distance(F, distance)
-        convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)
+        convert = conversion(self.alpha, self.delta)
         n = network.n
         mean_loss = F.sum(axis=0) / n  # eps_bar_v over sources u (divisor n)
         off = ~np.eye(n, dtype=bool)
@@ -218,12 +221,14 @@ class NetworkDPAccountant(Accountant):
                     "epsilon_rdp_theorem1": theorem.sum(axis=0) / n,
                 }
             )
-        table = table.assign(
-            epsilon=table.epsilon_rdp + convert, alpha=self.alpha, delta=self.delta, threat="pairwise_network"
-        )
+        at_delta = np.maximum(table.epsilon_rdp + convert, 0.0)
+        table = table.assign(epsilon=at_delta, alpha=self.alpha, delta=self.delta, threat="pairwise_network")
         exact_fraction = float(exact[off].mean()) if n > 1 else 1.0
         summary = {
-            "epsilon": float(F.max() + convert),
+            "epsilon": max(float(F.max() + convert), 0.0),
+            "epsilon_method": f"pairwise network RDP at order {self.alpha:g} (Canonne et al.'s conversion)",
+            "epsilon_mironov": float(F.max() + math.log(1.0 / self.delta) / (self.alpha - 1.0)),
+            "adjacency": "replace_one",
             "epsilon_rdp_max": float(F.max()),
             "epsilon_mean_max": float(mean_loss.max()),
             "epsilon_mean_avg": float(mean_loss.mean()),

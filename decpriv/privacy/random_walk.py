@@ -10,6 +10,8 @@ the theorem's O() read with constant 1: an asymptotic statement, not a certified
 its pairs ``method`` = ``asymptotic`` (an empirical audit, ``attack=audit``, checks it). The matrix logarithm, -ln(I - W + J/n) = sum_{k>=1} (W^k - J/n)/k,
 comes from the eigendecomposition of the symmetric W (log(1 - lambda) on the non-trivial eigenvalues).
 Far pairs can make the second term negative; losses are floored at 0.
+The (epsilon, delta) of the largest loss uses Canonne, Kamath, Steinke's conversion at the accountant's order
+(:func:`decpriv.privacy.sampled_gaussian.conversion`); Mironov's stands beside it (``epsilon_mironov``).
 """
 
 import math
@@ -25,6 +27,7 @@ from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance
 from decpriv.privacy.rdp import Delta, RenyiOrder
+from decpriv.privacy.sampled_gaussian import conversion
 from decpriv.report.findings import Findings
 
 MAX_PAIR_ROWS = 300
@@ -97,7 +100,7 @@ class RandomWalkAccountant(Accountant):
             network.W.toarray(), setup.protocol.rounds, setup.defense.mechanism().sigma / 2.0, self.alpha
         )
         distance = shortest_path(network.adjacency, unweighted=True, directed=False)
-        convert = math.log(1.0 / self.delta) / (self.alpha - 1.0)
+        convert = conversion(self.alpha, self.delta)
         mean_loss = F.sum(axis=0) / n
         if n <= MAX_PAIR_ROWS:
             u, v = np.nonzero(~np.eye(n, dtype=bool))
@@ -114,12 +117,14 @@ class RandomWalkAccountant(Accountant):
             table = pd.DataFrame(
                 {"source": "mean", "observer": np.arange(n), "epsilon_rdp": mean_loss, "method": "asymptotic"}
             )
-        table = table.assign(
-            epsilon=table.epsilon_rdp + convert, alpha=self.alpha, delta=self.delta, threat="pairwise_network"
-        )
+        at_delta = np.maximum(table.epsilon_rdp + convert, 0.0)
+        table = table.assign(epsilon=at_delta, alpha=self.alpha, delta=self.delta, threat="pairwise_network")
         profile = loss_vs_distance(F, distance)
         summary = {
-            "epsilon": float(F.max() + convert),
+            "epsilon": max(float(F.max() + convert), 0.0),
+            "epsilon_method": f"asymptotic pairwise RDP at order {self.alpha:g} (Canonne et al.'s conversion)",
+            "epsilon_mironov": float(F.max() + math.log(1.0 / self.delta) / (self.alpha - 1.0)),
+            "adjacency": "replace_one",
             "epsilon_rdp_max": float(F.max()),
             "epsilon_mean_max": float(mean_loss.max()),
             "accounting": "asymptotic",

@@ -90,6 +90,30 @@ def rdp_curve(sampler: str, q: float, sigma: float, orders=ORDERS) -> np.ndarray
     return np.array([one(q, sigma, a) for a in orders])
 
 
+def gaussian_dp_epsilon(mu: float, delta: float) -> float:
+    """The exact epsilon at ``delta`` of a Gaussian shift of ``mu`` noise standard deviations (mu-GDP),
+    the root of delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) (Balle, Wang, ICML 2018,
+    Thm. 8; Dong, Roth, Su 2022, Cor. 2.13): what an (epsilon, delta) accountant owes a Gaussian view."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps: float) -> float:
+        return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
+
+    if mu <= 0 or excess(0.0) <= 0:
+        return 0.0
+    high = 1.0
+    while excess(high) > 0:
+        high *= 2
+    return float(brentq(excess, 0.0, high, xtol=1e-12))
+
+
+def conversion(alpha: float, delta: float) -> float:
+    """What (alpha, r)-RDP adds to r for (epsilon, delta)-DP: Canonne, Kamath, Steinke (NeurIPS 2020),
+    Prop. 12, below Mironov's log(1/delta) / (alpha - 1) (CSF 2017, Prop. 3) at every order."""
+    return math.log1p(-1 / alpha) - math.log(delta * alpha) / (alpha - 1)
+
+
 def epsilon_of_rdp(rdp: np.ndarray, delta: float, orders=ORDERS) -> tuple[float, float]:
     """(epsilon, best order) at ``delta`` (Canonne, Kamath, Steinke 2020, Prop. 12)."""
     a = np.asarray(orders, dtype=float)

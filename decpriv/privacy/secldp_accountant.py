@@ -171,6 +171,9 @@ class SecLDPAccountant(Accountant):
         n, steps = network.n, self.steps(setup)
         summary: dict[str, float | str] = {
             "delta": self.delta,
+            # the closed form that calibration inverts (secldp_bounds.slope_for_epsilon)
+            "epsilon_method": "Renyi slope at the best order (Mironov's conversion)",
+            "adjacency": "replace_one",
             "privacy_accountant": self.name,
             "threat": self.threat,
         }

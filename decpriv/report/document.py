@@ -65,8 +65,8 @@ def sweep_document(path: Path) -> Document:
     caption = "mean ± std over seeds; a headline beside its baseline's mean: the jobs that beat it"
     tables = [(caption, headline_led(sweep, wide(stats, sweep.group_keys, shown, sweep.flags)))]
     if sweep.headline and SEED in sweep.keys:  # a claim over seeds: on how many it holds, and the median
-        over_seeds = headline_over_seeds(sweep)
-        tables.insert(0, ("headline over seeds (beats: seeds where it beats its baseline)", over_seeds))
+        over_seeds = readable_over_seeds(headline_over_seeds(sweep))
+        tables.insert(0, ("headline over seeds (beats: k of m seeds beat their baseline)", over_seeds))
     if not failed.empty:
         error = failed["error"].fillna("").astype(str).str.split("\n").str[0] if "error" in failed else ""
         tables.append(
@@ -79,6 +79,17 @@ def sweep_document(path: Path) -> Document:
         data={"aggregate": stats},
         figures=default_plots(sweep),
     )
+
+
+def readable_over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """``beats`` as ``k of m``, the median baseline as ``baseline``, four significant digits: the whole
+    finding fits 80 columns (aggregate.csv keeps every digit)."""
+    numbers = ["median", "baseline_median", "min", "max"]
+    table = table.assign(
+        beats=[f"{k} of {m}" for k, m in zip(table["beats"], table["seeds"], strict=True)],
+        **{c: [float(f"{v:.4g}") for v in table[c]] for c in numbers},
+    )
+    return table.drop(columns="seeds").rename(columns={"baseline_median": "baseline"})
 
 
 def headline_led(sweep: Sweep, table: pd.DataFrame) -> pd.DataFrame:

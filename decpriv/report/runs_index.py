@@ -110,9 +110,15 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
 
 
 def for_terminal(table: pd.DataFrame) -> pd.DataFrame:
-    """The index for reading: the headline's value and baseline in one cell (``0.5675 vs 0.5422 ✓``)."""
+    """The index for reading: the headline named beside its value and baseline in one cell
+    (``mia_received_auc=0.5675 vs 0.5422 ✓``), third after the run and its status."""
     cells = [
-        headline.cell({"better": better}, value, base)
-        for value, base, better in zip(table["value"], table["baseline"], table["better"], strict=True)
+        f"{name}={headline.cell({'better': better}, value, base)}" if name else ""
+        for name, value, base, better in zip(
+            table["headline"], table["value"], table["baseline"], table["better"], strict=True
+        )
     ]
-    return table.assign(value=cells).drop(columns=["baseline", "better"])
+    reading = table.assign(headline=cells).drop(columns=["value", "baseline", "better"])
+    return reading[
+        ["run", "status", "headline", *[c for c in reading if c not in ("run", "status", "headline")]]
+    ]

@@ -17,10 +17,11 @@ from decpriv.errors import ConfigError
 from decpriv.report import headline
 from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
+from decpriv.report.guarantee import guarantee_line
 from decpriv.report.ledger import has_plan
 from decpriv.report.run_folder import read_status, read_table
 from decpriv.report.sweep import collect
-from decpriv.report.text import fmt, markdown_table, print_frame, without_details
+from decpriv.report.text import fmt, markdown_table, print_frame, shown_path, without_details
 from decpriv.stderr import print_error
 
 
@@ -79,13 +80,14 @@ def print_headline(run: Path, console: Console) -> None:
     for line in [more, baselines_line(rows), *run_notes(run, summary)]:
         if line:
             console.print(line, highlight=False)
-    console.print(f"run folder: [bold]{run}[/]", highlight=False)
+    console.print(f"run folder: [bold]{shown_path(run)}[/]", highlight=False)
 
 
 def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]:
-    """The declared oracle's mark, the verdict, a line when the model has not converged, and
-    (``pictures``) the pictures, at most four named, the attack's first."""
-    lines = [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
+    """The declared oracle's mark, the formal guarantee, the verdict, a line when the model has not
+    converged, and (``pictures``) the pictures, at most four named, the attack's first."""
+    lines = [line for line in [guarantee_line(summary)] if line]
+    lines += [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
     if summary.get("attack_oracle") in (True, "True", "true"):  # decpriv run and show say it
         lines.insert(0, f"[yellow]{headline.ORACLE_NOTE}[/]")
     history = run / "history.csv"
@@ -160,21 +162,34 @@ def default_options() -> dict[str, str]:
 
 
 def _overview(rows: list[tuple[str, str, str]], width: int) -> list[str]:
-    """Each group's options with their whole descriptions, wrapped under a hanging indent; ``*`` marks
-    the option the default run uses."""
-    defaults, lines = default_options(), ["decpriv config groups (group=option; * the default run's)"]
+    """Each group on a line of its own with its options packed after it (wrapped under a hanging indent),
+    ``*`` marking the option the default run uses: every choice on a screen or two. The descriptions are
+    ``decpriv list GROUP``'s."""
+    defaults = default_options()
+    groups = list(dict.fromkeys(g for g, _, _ in rows))
+    pad = max(map(len, groups)) + 2
+    lines = ["decpriv config groups (group=option; * the default run's)"]
+    for group in groups:
+        names = [("*" if defaults.get(group) == o else "") + o for g, o, _ in rows if g == group]
+        wrapped = textwrap.wrap("  ".join(names), max(width - pad, 20), break_on_hyphens=False)
+        lines += [(group if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
+    return [*lines, "each option's description and keys: decpriv list GROUP [GROUP ...]"]
+
+
+def group_table(only: list[str] | None = None) -> str:
+    """The README's table of config groups, generated from the yamls: each group's options, the default
+    run's marked ``*``; the presets counted (their own table says what each reproduces)."""
+    rows = [row for row in config_options() if not only or row[0] in only]
+    defaults = default_options()
+    lines = ["| group | options (`*`: the default run's) |", "|---|---|"]
     for group in dict.fromkeys(g for g, _, _ in rows):
-        options = [(o, t) for g, o, t in rows if g == group]
-        lines.append(group)
-        pad = min(max(len(o) for o, _ in options), 24) + 5
-        for option, text in options:
-            head = f"  {'*' if defaults.get(group) == option else ' '}{option}  "
-            if len(head) > pad:  # a long option name gets its own line
-                lines.append(head.rstrip())
-                head = ""
-            wrapped = textwrap.wrap(text, max(width - pad, 20), break_on_hyphens=False) or [""]
-            lines += [(head if i == 0 else "").ljust(pad) + part for i, part in enumerate(wrapped)]
-    return lines
+        names = [("*" if defaults.get(group) == o else "") + o for g, o, _ in rows if g == group]
+        if group == "experiment":
+            cell = f"{len(names)} presets (`decpriv list experiment`; the papers' table below)"
+        else:
+            cell = ", ".join(names)
+        lines.append(f"| `{group}` | {cell} |")
+    return "\n".join(lines)
 
 
 def _option_node(root: Path, group: str, option: str) -> DictConfig:
@@ -211,9 +226,9 @@ def option_keys(group: str, option: str) -> list[str]:
 
 
 def print_groups(console: Console, only: list[str] | None = None) -> None:
-    """Every config group and option with its whole description (wrapped, the default marked); with
-    ``only`` (``decpriv list GROUP``), those groups' options with their whole descriptions and their
-    keys, each with its value and what it accepts."""
+    """Every config group with its options (the default marked); with ``only`` (``decpriv list GROUP``),
+    those groups' options with their whole descriptions and their keys, each with its value and what it
+    accepts."""
     rows = [row for row in config_options() if not only or row[0] in only]
     if not rows:
         return
@@ -221,6 +236,8 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
         for line in _overview(rows, console.width):
             console.print(escape(line), highlight=False, soft_wrap=True)
         return
+    defaults = default_options()
+    rows = [(g, ("*" if defaults.get(g) == o else "") + o, t) for g, o, t in rows]
     widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for name, width in zip(("group", "option"), widths, strict=True):
@@ -230,7 +247,7 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
     from decpriv.validation import PLUGIN_GROUPS  # hydra's import, for `decpriv list GROUP` only
 
     for group, option, text in rows:
-        keys = option_keys(group, option) if only and group in PLUGIN_GROUPS else []
+        keys = option_keys(group, option.lstrip("*")) if group in PLUGIN_GROUPS else []
         text = "\n".join([text, *(f"  {k}" for k in keys)])
         table.add_row(group if group != last else "", option, escape(text))  # [slurm] is text, not markup
         last = group
@@ -321,7 +338,9 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
             sweep = True
             errors = failed_lines(frame)
             frame = _sweep_columns(run, frame)
-            title = f"{file.name} ({len(frame)} jobs; all columns: decpriv report {run})"
+            # the folder alone on the first line: a title never breaks inside its path
+            console.print(f"sweep: [bold]{run}[/]", highlight=False, soft_wrap=True)
+            title = f"{file.name} ({len(frame)} jobs; every column: decpriv report SWEEP)"
             print_frame(frame, title, console, rows, more=f"{file.name}")
             for line in errors:
                 console.print(line, highlight=False)

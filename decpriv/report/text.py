@@ -1,6 +1,7 @@
 """Numbers and tables as text, for the terminal (rich) and for Markdown pages: one formatting rule."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -87,3 +88,12 @@ def markdown_table(table: pd.DataFrame) -> str:
     lines = [cells(table.columns), "|" + "---|" * len(table.columns)]
     lines += [cells(row) for row in table.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def shown_path(path: Path) -> Path:
+    """``path`` as a user reads it: relative to the working directory when under it (as Hydra's default
+    run and sweep folders are), else as given."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)

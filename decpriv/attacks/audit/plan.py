@@ -27,7 +27,7 @@ from decpriv.attacks.audit.walk import WalkTrials
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad_value
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
-from decpriv.privacy.rdp import gaussian_epsilon
+from decpriv.privacy.sampled_gaussian import gaussian_dp_epsilon
 from decpriv.privacy.secldp_bounds import epsilon_from_slope
 
 COVERED = (
@@ -77,8 +77,8 @@ class Currency:
             return 0.0
         if self.accountant == "network_dp":
             return self.alpha * mu**2 / 2.0
-        if self.accountant == "rdp":  # one Gaussian of multiplier 1/mu: dp-accounting's conversion
-            return gaussian_epsilon(1.0 / mu, 1, self.delta)[0]
+        if self.accountant == "rdp":  # exact: the accountant reports PLD, as tight as a Gaussian allows
+            return gaussian_dp_epsilon(mu, self.delta)
         return epsilon_from_slope(mu**2 / 2.0, 1, self.delta)  # secldp: RDP alpha mu^2 / 2, its conversion
 
     @property
@@ -91,6 +91,8 @@ class Currency:
             return f"epsilon at delta={self.delta:g} (Clopper-Pearson, no assumption)"
         if self.accountant == "network_dp":
             return f"Renyi epsilon at order {self.alpha:g}"
+        if self.accountant == "rdp":
+            return f"epsilon at delta={self.delta:g} of a Gaussian view (exact)"
         return f"epsilon at delta={self.delta:g} by {self.accountant}'s conversion of a Gaussian view"
 
 
