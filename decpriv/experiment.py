@@ -32,7 +32,7 @@ from decpriv.attacks.base import Attack
 from decpriv.built import Setup
 from decpriv.data.datasets import cache_folder
 from decpriv.data.partition import LocalData
-from decpriv.defenses.base import Defense
+from decpriv.defenses.base import Defense, Mechanism
 from decpriv.device import device_name, resolve_device
 from decpriv.errors import ConfigError, Diverged, bad_value
 from decpriv.graphs.network import Network
@@ -328,12 +328,19 @@ def precheck(cfg: DictConfig, choices: dict[str, Any] | None = None) -> Prebuilt
 GROWTH = 1e3  # a loss that ends this many times above where it started has diverged
 
 
-def check_finite(outcome: Outcome) -> None:
+def check_finite(outcome: Outcome, noise: Mechanism | None = None) -> None:
     """Stop a run whose training diverged (a loss column or the final parameters not finite), for
     protocols that do not call ``Simulation.guard`` each round, and warn when a loss ends ``GROWTH`` times
-    above its first value (finite, but diverging). Other history columns may be undefined (nan) at some
-    rounds by design."""
+    above its first value (finite, but diverging), naming the defense's noise when there is one (a
+    smaller learning rate does not train through noise that swamps the gradients). Other history columns
+    may be undefined (nan) at some rounds by design."""
     history = outcome.history
+    fix = "lower protocol.lr"
+    if noise is not None and noise.sigma:
+        fix = (
+            f"lower protocol.lr, or add less noise (the defense's std is {noise.sigma:.3g} x its clip "
+            f"{noise.clip:g}: a larger defense.epsilon or a smaller defense.sigma)"
+        )
     for column in [c for c in history.columns if "loss" in str(c)]:
         values = pd.to_numeric(history[column], errors="coerce").to_numpy(dtype=float)
         bad_rows = ~np.isfinite(values)
@@ -343,7 +350,7 @@ def check_finite(outcome: Outcome) -> None:
         if len(values) > 1 and values[-1] > GROWTH * max(abs(values[0]), 1e-12):
             warnings.warn(  # diverging below the overflow: finite, yet no model
                 f"{column} grew from {values[0]:.3g} to {values[-1]:.3g} over the run: training diverged; "
-                "lower protocol.lr",
+                f"{fix}",
                 stacklevel=2,
             )
     if not bool(torch.isfinite(outcome.final).all()):
@@ -495,7 +502,7 @@ def _pipeline(
                 plan = sealed_plan(setup, sealed)
         with progress.phase(folder, "simulate", show_progress, setup.protocol.name):
             outcome, view = simulate(setup, show_progress, sealed if early else None, plan)
-            check_finite(outcome)
+            check_finite(outcome, setup.defense.mechanism())
         report = _training_findings(setup, outcome)
         _attack_and_account(setup, folder, report, outcome, view, sealed, show_progress)
         with progress.phase(folder, "write", show_progress):

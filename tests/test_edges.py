@@ -84,6 +84,24 @@ def test_divergence_below_the_overflow_is_named(tmp_path, monkeypatch, capsys):
     assert any("training diverged" in w for w in meta["warnings"])
 
 
+def test_divergence_under_a_defense_names_its_noise():
+    """Measured on the default run with defense=decor (epsilon 10): train_loss 2.31 -> 3282, and no
+    learning rate from 0.5 to 0.01 trains through that noise; the warning says so rather than only
+    'lower protocol.lr'."""
+    import torch
+
+    from decpriv.defenses.base import Mechanism
+    from decpriv.experiment import check_finite
+    from decpriv.protocols.base import Outcome
+
+    history = pd.DataFrame({"round": [0, 10], "train_loss": [2.31, 3282.0]})
+    outcome = Outcome(history, torch.zeros(2, 3), {})
+    with pytest.warns(UserWarning, match=r"less noise \(the defense's std is 41\.2 x its clip 1"):
+        check_finite(outcome, Mechanism("gradients", 1.0, 41.2, correlated=True))
+    with pytest.warns(UserWarning, match=r"diverged; lower protocol\.lr$"):
+        check_finite(outcome, None)
+
+
 def test_a_run_folder_holds_one_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run = ["run", *SMALL, "~attack"]
