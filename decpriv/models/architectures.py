@@ -133,8 +133,9 @@ def cnn(
 class _ZeroGroupNorm(nn.GroupNorm):
     """GroupNorm whose scale starts at zero: the residual branch it ends starts switched off, so each block
     starts as its shortcut (Goyal et al. 2017, "Accurate, Large Minibatch SGD", Sec. 5.1, zero gamma).
-    With one at D-SGD's default lr = 0.5, ResNet-20 reaches test accuracy 0.43 on digits_small in 20
-    rounds; with the plain init its loss jumps to 14.6 in two rounds and it stays at chance (0.094)."""
+    With one, the default run with model=resnet20 (D-SGD, lr 0.5, digits_small) reaches test accuracy 0.43
+    in 20 rounds and 0.914 in its 100; with the plain init its loss jumps to 14.6 in two rounds and it
+    stays at chance (0.094 after 20)."""
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
