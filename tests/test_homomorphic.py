@@ -96,24 +96,25 @@ def test_parameters_default_to_128_bit_security():
     assert sum(he.params.coeff_mod_bit_sizes) <= 218 and he.params.poly_modulus_degree == 8192
 
 
-def summary_of(proc) -> pd.Series:
-    return pd.read_csv(Path(proc.stdout.split("run folder: ")[1].split()[0]) / "summary.csv").iloc[0]
+def summary_of(proc, cwd: Path) -> pd.Series:
+    """The summary of the run whose folder ``decpriv run`` printed (relative to its working directory)."""
+    return pd.read_csv(cwd / proc.stdout.split("run folder: ")[1].split()[0] / "summary.csv").iloc[0]
 
 
-def test_the_cli_run_reports_ciphertext_bytes_and_seconds(cli):
+def test_the_cli_run_reports_ciphertext_bytes_and_seconds(cli, tmp_path):
     proc = cli(
         "run", *SMALL, "protocol=fedavg", "defense=homomorphic", "protocol.rounds=2", *SMALL_CKKS, check=True
     )
-    row = summary_of(proc)
+    row = summary_of(proc, tmp_path)
     assert row.he_bytes_per_round > 0 and row.he_encrypt_seconds_per_round > 0
     assert row.he_poly_modulus_degree == 4096 and row.he_coeff_mod_bit_sizes == "60-49"
 
 
 @pytest.mark.slow
-def test_the_default_run_keeps_the_unprotected_accuracy(cli):
+def test_the_default_run_keeps_the_unprotected_accuracy(cli, tmp_path):
     """The issue's criterion at the default (128-bit, N=8192) parameters: accuracy within 0.01."""
-    plain = summary_of(cli("run", "protocol=fedavg", check=True))
-    he = summary_of(cli("run", "protocol=fedavg", "defense=homomorphic", check=True))
+    plain = summary_of(cli("run", "protocol=fedavg", check=True), tmp_path)
+    he = summary_of(cli("run", "protocol=fedavg", "defense=homomorphic", check=True), tmp_path)
     assert abs(he.test_accuracy - plain.test_accuracy) <= 0.01
     assert he.he_expansion_over_float32 > 1 and he.he_max_abs_error < 1e-6
 

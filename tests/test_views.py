@@ -60,7 +60,9 @@ def screen(*args: str) -> list[str]:
     finally:
         cli.console = saved
     lines = stream.getvalue().splitlines()
-    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    # a folder's path, printed on its own line, is as long as the user's folders make it
+    wide = [line for line in lines if len(line) > 80 and not line.startswith(("sweep: ", "run folder: "))]
+    assert not wide, wide
     return lines
 
 
