@@ -239,7 +239,9 @@ class MountAttr(ctypes.Structure):
 def _confine(folders: list[str]) -> None:
     """In the session's own mount namespace: a /proc of its PID namespace alone, an empty folder over each
     of ``folders``, every other mount read-only (nothing it writes outlives it or reaches the pipeline:
-    no source, no run folder, no cache), and an empty writable /tmp and /dev/shm of its own."""
+    no source, no run folder, no cache), and an empty writable /dev/shm of its own as its TMPDIR. /tmp
+    stays what it is, read-only: a checkout, a venv or a user's plugin there must still import (a CI clone
+    under /tmp could not import decpriv under a fresh /tmp)."""
     libc = _libc()
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
     _checked(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
@@ -252,12 +254,9 @@ def _confine(folders: list[str]) -> None:
     done = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(read_only), 32)
     if done != 0 and ctypes.get_errno() != errno.ENOSYS:  # a kernel before 5.12 has no mount_setattr
         _checked(done, "make / read-only")
-    for scratch in ("/tmp", "/dev/shm"):
-        if os.path.isdir(scratch):
-            _checked(
-                libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"), scratch
-            )
-    os.environ["TMPDIR"] = tempfile.tempdir = "/tmp"  # a TMPDIR elsewhere is read-only here
+    if os.path.isdir("/dev/shm"):
+        _checked(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"), "/dev/shm")
+        os.environ["TMPDIR"] = tempfile.tempdir = "/dev/shm"  # every other folder is read-only here
 
 
 def _end_tree() -> None:
