@@ -54,24 +54,27 @@ def own_columns(column: str) -> bool:
     return column in ("device", "device_name") or "seconds" in column
 
 
-def compare(name: str, root: str) -> dict:
-    """Run ``name`` on the CPU then on CUDA into ``root``; the largest relative difference of their tables."""
+def compare(name: str, root: str, devices: tuple[str, str] = ("cpu", "cuda")) -> dict:
+    """Run ``name`` on the CPU then on CUDA (``devices``) into ``root``; the largest relative difference of
+    their tables."""
     from decpriv import api
     from decpriv.report.diff import diff_paths
 
     overrides, precision = COMMANDS[name]
     rtol, atol = TOLERANCE[precision]
     row: dict = {"command": name, "precision": precision}
-    for device in ("cpu", "cuda"):
+    folders = [Path(root) / name / f"{i}_{device}" for i, device in enumerate(devices)]
+    for device, folder in zip(devices, folders, strict=True):
         begin = time.perf_counter()
-        api.run([*overrides, f"device={device}", "plots=false"], Path(root) / name / device)
+        api.run([*overrides, f"device={device}", "plots=false"], folder)
         row[f"{device}_s"] = round(time.perf_counter() - begin, 2)
     worst, differing = 0.0, []
-    for table in diff_paths(Path(root) / name / "cpu", Path(root) / name / "cuda", rtol, atol):
-        changed = table.changed[~table.changed["column"].map(own_columns)]
-        rel = changed["rel_diff"].astype(float)
-        worst = max([worst, *rel[rel.notna()].tolist()])
-        differing += [f"{table.name}.{c}" for c in changed["column"].unique()]
+    for table in diff_paths(*folders, rtol, atol):
+        if not table.changed.empty:  # empty and without columns where only one side has the table
+            changed = table.changed[~table.changed["column"].map(own_columns)]
+            rel = changed["rel_diff"].astype(float)
+            worst = max([worst, *rel[rel.notna()].tolist()])
+            differing += [f"{table.name}.{c}" for c in changed["column"].unique()]
         differing += [f"{table.name}: rows added/removed"] if len(table.added) + len(table.removed) else []
         differing += [f"{table.name}.{c}: only one side" for c in table.added_columns + table.removed_columns]
     row.update(equal=not differing, max_rel_diff=worst, differing=", ".join(differing[:4]))

@@ -161,3 +161,17 @@ def test_auto_records_the_device_that_ran(tmp_path):
     assert meta["device"] == expected and result.summary["device"] == expected
     assert meta["device_name"] == result.summary["device_name"] != ""
     assert meta["settled"]["device"] == {"requested": "auto", "ran": expected}
+
+
+def test_the_gpu_check_finds_two_runs_of_one_seed_equal_and_of_two_seeds_not(tmp_path, monkeypatch):
+    """benchmarks/gpu_check.py's comparison, run on the CPU twice: the same config and seed give identical
+    tables (no difference at all); two seeds differ, and the check says which tables."""
+    from benchmarks import gpu_check
+    from decpriv import api
+
+    same = gpu_check.compare("gossip", str(tmp_path / "same"), devices=("cpu", "cpu"))
+    assert same["equal"] and same["max_rel_diff"] == 0.0
+    real_run, seeds = api.run, iter([0, 1])
+    monkeypatch.setattr(api, "run", lambda overrides, out: real_run([*overrides, f"seed={next(seeds)}"], out))
+    other = gpu_check.compare("gossip", str(tmp_path / "other"), devices=("cpu", "cpu"))
+    assert not other["equal"] and other["max_rel_diff"] > 1e-6 and "history" in other["differing"]

@@ -19,5 +19,5 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 def test_cuda_reproduces_the_cpu_tables(tmp_path, name):
     row = compare(name, str(tmp_path))
     assert row["equal"], f"{name}: {row['differing']} (largest relative difference {row['max_rel_diff']:.2e})"
-    summary = tmp_path / name / "cuda" / "summary.csv"
+    summary = tmp_path / name / "1_cuda" / "summary.csv"
     assert "cuda" in summary.read_text().splitlines()[1]  # the device that ran is recorded
