@@ -58,6 +58,14 @@ class Built(Protocol):
     device: torch.device
 
 
+def sent_to_server(updates: torch.Tensor, chosen: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+    """(n, p) what each node sends the FedAvg server in a round: its update when chosen, else the global
+    model ``held`` it holds."""
+    sending = torch.zeros(len(updates), dtype=torch.bool, device=updates.device)
+    sending[chosen] = True
+    return torch.where(sending[:, None], updates, held)
+
+
 class Defense:
     """No defense: exact local gradients, messages sent as they are.
 
@@ -117,9 +125,7 @@ class Defense:
     ) -> torch.Tensor:
         """A FedAvg server round: the adversary records each chosen client's update (the global model
         ``held`` for the others); returns the mean of the chosen updates weighted by ``weights``."""
-        sending = torch.zeros(len(updates), dtype=torch.bool, device=updates.device)
-        sending[chosen] = True
-        recorder.record(round_, 0, torch.where(sending[:, None], updates, held))
+        recorder.record(round_, 0, sent_to_server(updates, chosen, held))
         w = weights[chosen]
         return (w[:, None] * updates[chosen]).sum(0) / w.sum()
 

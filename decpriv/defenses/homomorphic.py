@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from decpriv.config_types import Range, checked
-from decpriv.defenses.base import Built, Defense
+from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
@@ -215,11 +215,9 @@ class Homomorphic(Defense):
     def _record(self, updates, order, held, aggregate, recorder: "Recorder", round_: int) -> None:
         """The server's view: ciphertexts of the honest clients (no plaintext), the decrypted aggregate;
         every update in the clear when the adversary controls a client (it holds the shared key)."""
-        n = len(updates)
-        sending = torch.zeros(n, dtype=torch.bool, device=updates.device)
-        sending[order] = True
-        plain = torch.where(sending[:, None], updates, held)
-        hidden = sending.clone()
+        plain = sent_to_server(updates, order, held)
+        hidden = torch.zeros(len(updates), dtype=torch.bool, device=updates.device)
+        hidden[order] = True
         hidden[self._attackers] = False
         if self._key_leaked:
             hidden[:] = False

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import torch
 
 from decpriv.config_types import Range, checked
-from decpriv.defenses.base import Built, Defense
+from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.masking import Precision, Ring
 from decpriv.errors import bad_value
 
@@ -96,9 +96,7 @@ class SecretSharing(Defense):
             corrupt = self._attackers[torch.isin(self._attackers, order)]
             values[corrupt] = updates[corrupt]
             recorder.record(round_, 0, values)
-            sending = torch.zeros(len(updates), dtype=torch.bool, device=updates.device)
-            sending[order] = True
-            recorder.record_hidden(total[None], torch.where(sending[:, None], updates, held))
+            recorder.record_hidden(total[None], sent_to_server(updates, order, held))
         self._messages += len(order) * k + k * (k - 1)
         self._rounds += 1
         return total

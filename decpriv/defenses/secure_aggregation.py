@@ -27,7 +27,7 @@ import torch
 
 from decpriv import rng
 from decpriv.config_types import Range, checked
-from decpriv.defenses.base import Built, Defense
+from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.masking import Groups, MaskedSum, Precision, Ring, pairwise_masked_sum
 from decpriv.errors import bad_value
 
@@ -189,7 +189,6 @@ class SecureAggregation(Defense):
         recorder: "Recorder",
         round_: int,
     ) -> torch.Tensor:
-        dev = updates.device
         order = torch.sort(chosen).values
         groups = Groups.from_slots(torch.zeros_like(order), order, 1)
         w = weights[order].to(torch.float64)
@@ -205,12 +204,8 @@ class SecureAggregation(Defense):
             corrupt = self._attackers[torch.isin(self._attackers, order)]
             values[corrupt] = updates[corrupt]
             recorder.record(round_, 0, values)
-            sending = torch.zeros(len(updates), dtype=torch.bool, device=dev)
-            sending[order] = True
             aggregate = total if bool(out.ok[0]) else torch.full_like(total, torch.nan)
-            recorder.record_hidden(
-                aggregate[None].to(held.dtype), torch.where(sending[:, None], updates, held)
-            )
+            recorder.record_hidden(aggregate[None].to(held.dtype), sent_to_server(updates, order, held))
         self._cost["rounds"] += 1
         return result
 

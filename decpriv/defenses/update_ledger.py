@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from decpriv.config_types import Range, checked
-from decpriv.defenses.base import Built, Defense
+from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
@@ -140,9 +140,7 @@ class UpdateLedger(Defense):
         recorder: "Recorder",
         round_: int,
     ) -> torch.Tensor:
-        sending = torch.zeros(len(updates), dtype=torch.bool, device=updates.device)
-        sending[chosen] = True
-        recorder.record(round_, 0, torch.where(sending[:, None], updates, held))
+        recorder.record(round_, 0, sent_to_server(updates, chosen, held))
         order = torch.sort(chosen).values.cpu().numpy()
         sent = updates[torch.as_tensor(order, device=updates.device)].cpu().numpy()
         sizes = weights.cpu().numpy()
