@@ -229,7 +229,7 @@ def test_curious_slope_bound_on_the_ring_example_is_no_longer_below_the_slope():
     from decpriv.privacy.secldp_accountant import SecLDPAccountant
 
     network = Network.build(nx.cycle_graph(16), metropolis_hastings)
-    defense = Decor(clip=1.0, sigma_cdp=3.0, sigma_cor=300.0, epsilon=None)
+    defense = Decor(clip=1.0, sigma_cdp=3.0, sigma_cor=300.0, epsilon=None, level="user")
     setup = SimpleNamespace(
         network=network, defense=defense, protocol=SimpleNamespace(rounds=10, local_steps=1)
     )

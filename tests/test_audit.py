@@ -113,10 +113,16 @@ def test_uncovered_pairs_are_refused():
 
 
 def test_decor_secrets_are_the_pairs_stream_the_defense_draws():
-    setup = experiment.build(compose_config(["defense=decor", "topology.n=6", "protocol.rounds=2"])[0])
+    setup = experiment.build(
+        compose_config(["defense=decor", "defense.level=user", "topology.n=6", "protocol.rounds=2"])[0]
+    )
     seeds = Seeds(7)
     defense = copy.copy(setup.defense)
-    defense.bind(SimpleNamespace(network=setup.network, seeds=seeds, device=torch.device("cpu")))
+    defense.bind(
+        SimpleNamespace(
+            network=setup.network, seeds=seeds, device=torch.device("cpu"), protocol=setup.protocol
+        )
+    )
     trials = GradientTrials(setup, 1)
     drawn = defense.sigma_cor * torch.randn(
         (len(setup.network.edges), 50), generator=seeds.torch(PAIR_STREAM)
@@ -130,7 +136,13 @@ def test_decor_secrets_are_the_pairs_stream_the_defense_draws():
     [
         ("defense=ldp", "accountant=rdp", "defense.sigma=3"),
         ("defense=cdp", "accountant=rdp", "topology=complete", "gossip_matrix=uniform", "defense.sigma=3"),
-        ("defense=decor", "accountant=secldp", "accountant.threat=curious", "defense.epsilon=5"),
+        (
+            "defense=decor",
+            "defense.level=user",
+            "accountant=secldp",
+            "accountant.threat=curious",
+            "defense.epsilon=5",
+        ),
     ],
 )
 def test_gradient_noise_audit_is_sound_and_reaches_the_exact_accountant(tmp_path, overrides):

@@ -85,8 +85,11 @@ def test_cdp_aggregates_by_exact_average():
 
 def bound_decor(graph: nx.Graph, sigma_cor: float = 3.0, seed: int = 0) -> tuple[Decor, Network]:
     network = Network.build(graph, metropolis_hastings)
-    decor = Decor(clip=1.0, sigma_cdp=1.0, sigma_cor=sigma_cor, epsilon=None)
-    decor.bind(SimpleNamespace(network=network, device=torch.device("cpu"), seeds=Seeds(seed)))
+    decor = Decor(clip=1.0, sigma_cdp=1.0, sigma_cor=sigma_cor, epsilon=None, level="user")
+    unbatched = SimpleNamespace(batch_size=None)
+    decor.bind(
+        SimpleNamespace(network=network, device=torch.device("cpu"), seeds=Seeds(seed), protocol=unbatched)
+    )
     return decor, network
 
 
@@ -134,8 +137,9 @@ def test_muffliato_clips_then_adds_noise_once():
     assert float((noisy[500:] - values[500:]).std()) == pytest.approx(3.0, rel=0.1)
 
 
-LSQ = (
+LSQ = (  # every use picks defense=decor|cdp|ldp: Allouah et al.'s least squares protects users
     "data=least_squares",
+    "defense.level=user",
     "~attack",
     "partition=contiguous",
     "model=linear_regression",
@@ -187,6 +191,7 @@ def test_decor_close_to_cdp_and_far_better_than_ldp_on_least_squares(tmp_path):
             f"defense={defense}",
             "defense.epsilon=10",
             "accountant=secldp",
+            "accountant.cdp_excess=1.2",  # the couple nearest CDP (the default 2 halves the ring's noise)
         ]
         overrides += ["protocol.rounds=1500", "protocol.average_last=200", "seed=1"]
         gaps[defense] = run(overrides, tmp_path / defense).summary["optimality_gap"]

@@ -85,9 +85,9 @@ def test_divergence_below_the_overflow_is_named(tmp_path, monkeypatch, capsys):
 
 
 def test_divergence_under_a_defense_names_its_noise():
-    """Measured on the default run with defense=decor (epsilon 10): train_loss 2.31 -> 3282, and no
-    learning rate from 0.5 to 0.01 trains through that noise; the warning says so rather than only
-    'lower protocol.lr'."""
+    """Measured on the default run with user-level DECOR (defense.level=user, epsilon 10): train_loss
+    2.31 -> 3282, and no learning rate from 0.5 to 0.01 trains through that noise; the warning says so
+    rather than only 'lower protocol.lr'."""
     import torch
 
     from decpriv.defenses.base import Mechanism

@@ -303,3 +303,14 @@ def test_aggregate_orders_list_valued_keys_by_number_and_averages_seeds():
     stats = aggregate(Sweep(Path("."), table, ["adversary.nodes", "seed"], ["acc"]))
     assert stats["adversary.nodes"].tolist() == ["[1]", "[2]", "[10]"]
     assert stats["mean"].tolist() == pytest.approx([0.2, 0.3, 0.6]) and (stats["count"] == 2).all()
+
+
+def test_a_key_of_a_swept_group_that_is_unset_by_default(tmp_path):
+    """Hydra composes a sweep's base config without its sweeps: `defense.sigma=2` beside `defense=ldp,cdp`
+    failed there ("Key 'defense' is not in struct"), though each job composes."""
+    args = ("-m", "defense=ldp,cdp", "defense.sigma=2", "protocol.rounds=2", "~attack", "plots=false")
+    run_cli("run", *args, "hydra.sweep.dir=sw", cwd=tmp_path, check=True)
+    rows = _job_rows(tmp_path / "sw")
+    assert sorted(rows.defense) == ["cdp", "ldp"] and (rows.sigma == 2).all()
+    summary = pd.read_csv(tmp_path / "sw" / "summary.csv")
+    assert list(summary.columns[:4]) == ["job", "status", "defense", "train_loss"]  # one key swept

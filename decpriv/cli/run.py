@@ -122,6 +122,14 @@ def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, c
     return status
 
 
+def _per_job(args: list[str], overrides: list[str]) -> list[str]:
+    """``args`` with each override replaced by the form Hydra's sweep base config composes with."""
+    from decpriv.report.grid import per_job_keys
+
+    replaced = dict(zip(overrides, per_job_keys(overrides), strict=True))
+    return [replaced.get(arg, arg) for arg in args]
+
+
 def _note_unswept(plan: Plan) -> None:
     """A preset that declares a sweep (``hydra.sweeper.params``), run without -m: said in one line."""
     from decpriv.report.grid import sweep_plan, sweeper_params
@@ -167,6 +175,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     if not multirun:
         _note_unswept(plan)
     began = datetime.now().replace(microsecond=0)
+    if multirun:
+        args = _per_job(args, overrides)
     try:
         _run_hydra([*args, *added], plan.prebuilt)
     except KeyboardInterrupt as stop:

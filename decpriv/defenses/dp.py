@@ -1,21 +1,27 @@
-"""Gaussian-mechanism defenses on the local gradient: DP-SGD (example level), LDP and CDP (user level).
+"""Gaussian-mechanism defenses on the local gradient: LDP and CDP (Allouah et al., ICML 2024, Sec. 5) at
+the user or the example level, and DP-SGD (Abadi et al., CCS 2016, Alg. 1), LDP at the example level.
 
-- ``dpsgd`` (Abadi et al., CCS 2016, Alg. 1): per-example gradients (vmap), each clipped to
-  norm C, summed, N(0, sigma^2 C^2 I) added to the sum, divided by the expected batch size b (a public
-  constant: dividing by a Poisson batch's drawn size would release it). ``sampler`` says how the protocol
-  draws the batch and so how it is accounted (:mod:`decpriv.data.sampling`): ``poisson`` (default, each
-  example with rate b / m, add/remove adjacency, as Opacus) or ``fixed`` (b distinct examples, replace-one
-  adjacency, a replaced example moving the sum by 2C).
-- ``ldp`` (the LDP baseline of Allouah et al., ICML 2024, Sec. 5): the node's whole batch gradient clipped to C
-  (user-level privacy) plus N(0, sigma^2 C^2 I), so every message is locally private.
-- ``cdp`` (central baseline): same clipping, noise N(0, sigma^2 C^2 / n) per node, and nodes combine by
-  the exact average (W = 11^T/n, a trusted aggregator, whatever the topology): the average carries the
-  noise of one LDP node divided by n, i.e. CDP on the average (DECOR's CDP baseline).
+``level`` says what one privacy unit is:
+
+- ``user``: the node's whole batch gradient clipped to C plus N(0, sigma^2 C^2 I), so replacing a node's
+  data moves the released gradient by up to 2C (replace-one).
+- ``example``: per-example gradients (vmap), each clipped to norm C, summed, N(0, sigma^2 C^2 I) added to
+  the sum, divided by the expected batch size b (a public constant: dividing by a Poisson batch's drawn
+  size would release it). ``sampler`` says how the protocol draws the batch and so how it is accounted
+  (:mod:`decpriv.data.sampling`): ``poisson`` (each example with rate b / m, add/remove adjacency, as
+  Opacus) or ``fixed`` (b distinct examples, replace-one adjacency, a replaced example moving the sum by 2C).
+
+- ``ldp``: every message is locally private (noise std sigma C per node).
+- ``cdp`` (central baseline): noise sigma C / sqrt(n) per node, and nodes combine by the exact average
+  (W = 11^T/n, a trusted aggregator, whatever the topology): the average carries the noise of one LDP node
+  divided by n, i.e. CDP on the average (DECOR's CDP baseline).
+- ``dpsgd``: ``ldp`` at the example level (its name in the DP-SGD literature).
 
 ``sigma`` is the noise multiplier (noise std / C). Set ``epsilon`` instead to have the accountant calibrate
 sigma before the run (target (epsilon, accountant.delta) over all local steps; it replaces ``sigma``).
 """
 
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 import torch
@@ -49,11 +55,60 @@ def check_noise(sigma: float | None, epsilon: float | None) -> None:
         )
 
 
+Level = Literal["user", "example"]
+BatchSampler = Literal["poisson", "fixed"]
+
+
+def example_level_sum(
+    model: FunctionalModel,
+    theta: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    clip: float,
+) -> torch.Tensor:
+    """(n, p) sums of the per-example gradients of each node's batch, each clipped to ``clip``."""
+    per_example = clip_rows(model.example_gradients(theta, x, y), clip)  # (n, b, p)
+    return (per_example * weight[..., None]).sum(1)
+
+
+class PrivacyUnit:
+    """What a Gaussian gradient defense protects, ``level`` (user | example), and the batch it divides by.
+
+    At the example level the noisy sum is divided by the expected batch b, set by :meth:`bind` from the
+    protocol (every node's expected batch is b: protocols refuse a b above the smallest local set); with
+    the full local set the divisor is the node's set size."""
+
+    level: str = "user"
+    expected_batch: int | None = None
+
+    def bind(self, setup) -> None:
+        self.expected_batch = getattr(setup.protocol, "batch_size", None)
+
+    def unit_gradients(
+        self,
+        model: FunctionalModel,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+    ) -> torch.Tensor:
+        """The clipped release before noise: the node's gradient (user) or its clipped per-example sum."""
+        if self.level == "user":
+            return clip_rows(model.node_gradients(theta, x, y, weight), self.clip)
+        return example_level_sum(model, theta, x, y, weight, self.clip)
+
+    def per_unit(self, noisy: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The noisy release as a mean gradient: the example level's sum divided by the expected batch."""
+        if self.level == "user":
+            return noisy
+        return noisy / (self.expected_batch or weight.sum(1, keepdim=True).clamp_min(1.0))
+
+
 @checked("defense")
-class GaussianDefense(Defense):
+class GaussianDefense(PrivacyUnit, Defense):
     """Clip, then add Gaussian noise of std ``sigma * clip * noise_scale(n)`` to each node's gradient."""
 
-    level = "user"
     accountant = "rdp"
 
     def __init__(
@@ -61,9 +116,14 @@ class GaussianDefense(Defense):
         clip: Clip = 1.0,
         sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
         epsilon: Target = None,
+        level: Level = "user",
+        sampler: BatchSampler = "poisson",
     ):
         check_noise(sigma, epsilon)
         self.clip, self.sigma, self.epsilon = clip, sigma, epsilon
+        self.level = level
+        # the user level's batch is not part of its guarantee: drawn as the protocol draws without a defense
+        self.batch_sampler = sampler if level == "example" else "fixed"
 
     def calibrate(self, sigma: float) -> None:
         """Set the noise multiplier found by the accountant for the target ``epsilon``."""
@@ -76,16 +136,6 @@ class GaussianDefense(Defense):
             )
         return self.sigma * self.clip
 
-    def clipped(
-        self,
-        model: FunctionalModel,
-        theta: torch.Tensor,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        weight: torch.Tensor,
-    ) -> torch.Tensor:
-        return clip_rows(model.node_gradients(theta, x, y, weight), self.clip)
-
     def gradients(
         self,
         model: FunctionalModel,
@@ -96,64 +146,38 @@ class GaussianDefense(Defense):
         round_: int,
         generator: torch.Generator,
     ) -> torch.Tensor:
-        g = self.clipped(model, theta, x, y, weight)
+        g = self.unit_gradients(model, theta, x, y, weight)
         noise = rng.normal(g.shape, generator, g.device, g.dtype)
-        return g + self.noise_std(len(g)) * noise
-
-    def mechanism(self) -> Mechanism:
-        return Mechanism("gradients", self.clip, self.sigma, self.level, target=self.epsilon)
-
-    def summary(self) -> dict[str, Any]:
-        return {"clip": self.clip, "sigma": self.sigma, "privacy_level": self.level}
-
-
-class DPSGD(GaussianDefense):
-    """Example-level DP-SGD: per-example clipping, noise on the sum (Abadi et al. 2016, Alg. 1)."""
-
-    name = "dpsgd"
-    level = "example"
-
-    def __init__(
-        self,
-        clip: Clip = 1.0,
-        sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
-        epsilon: Target = None,
-        sampler: Literal["poisson", "fixed"] = "poisson",
-    ):
-        super().__init__(clip, sigma, epsilon)
-        self.batch_sampler = sampler
-        self.expected_batch: int | None = None
-
-    def bind(self, setup) -> None:
-        # every node's expected batch is b: protocols refuse a b above the smallest local set
-        self.expected_batch = getattr(setup.protocol, "batch_size", None)
-
-    def gradients(
-        self,
-        model: FunctionalModel,
-        theta: torch.Tensor,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        weight: torch.Tensor,
-        round_: int,
-        generator: torch.Generator,
-    ) -> torch.Tensor:
-        per_example = clip_rows(model.example_gradients(theta, x, y), self.clip)  # (n, b, p)
-        total = (per_example * weight[..., None]).sum(1)
-        noise = rng.normal(total.shape, generator, total.device, total.dtype)
-        count = self.expected_batch or weight.sum(1, keepdim=True).clamp_min(1.0)
-        return (total + self.noise_std(len(total)) * noise) / count
+        return self.per_unit(g + self.noise_std(len(g)) * noise, weight)
 
     def mechanism(self) -> Mechanism:
         return Mechanism(
             "gradients", self.clip, self.sigma, self.level, target=self.epsilon, sampler=self.batch_sampler
         )
 
+    def summary(self) -> dict[str, Any]:
+        return {"clip": self.clip, "sigma": self.sigma, "privacy_level": self.level}
+
 
 class LocalDP(GaussianDefense):
-    """User-level local DP: the node's batch gradient clipped to C plus N(0, sigma^2 C^2 I)."""
+    """Local DP: the clipped gradient (user) or clipped per-example sum (example) plus N(0, sigma^2 C^2 I)."""
 
     name = "ldp"
+
+
+class DPSGD(LocalDP):
+    """Example-level DP-SGD: per-example clipping, noise on the sum (Abadi et al. 2016, Alg. 1)."""
+
+    name = "dpsgd"
+
+    def __init__(
+        self,
+        clip: Clip = 1.0,
+        sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
+        epsilon: Target = None,
+        sampler: BatchSampler = "poisson",
+    ):
+        super().__init__(clip, sigma, epsilon, "example", sampler)
 
 
 class CentralDP(GaussianDefense):
@@ -163,7 +187,7 @@ class CentralDP(GaussianDefense):
     own_aggregation = True
 
     def mechanism(self) -> Mechanism:
-        return Mechanism("gradients", self.clip, self.sigma, self.level, central=True, target=self.epsilon)
+        return replace(super().mechanism(), central=True)
 
     def noise_std(self, n: int) -> float:
         return super().noise_std(n) / n**0.5

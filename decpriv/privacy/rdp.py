@@ -88,6 +88,26 @@ def calibrate_noise_multiplier(
     return math.exp(brentq(excess, low, high, xtol=1e-10))
 
 
+def gradient_schedule(setup: Setup) -> tuple[int, np.ndarray, float, Sampler]:
+    """(steps, per-node sampling rate, sensitivity / clip, sampler) of the configured run's gradient noise:
+    the user level releases the node's whole batch gradient (replace-one, 2C); the example level a sampled
+    sum, moved by C (Poisson, add/remove) or 2C (fixed size, replace-one)."""
+    protocol, mechanism = setup.protocol, setup.defense.mechanism()
+    steps = gradient_steps(setup)
+    if mechanism.level != "example":
+        return steps, np.ones(setup.network.n), 2.0, sampler_of("full", None)
+    sampler = sampler_of(mechanism.sampler, protocol.batch_size)
+    rates = sampler.rates(setup.local, protocol.batch_size).numpy()
+    return steps, rates, 1.0 if sampler.adjacency == "add_remove" else 2.0, sampler
+
+
+def three_ways(analysis: str, q: float, multiplier: float, steps: int, size: int, delta: float):
+    """decpriv's (epsilon, order), dp-accounting's RDP epsilon and its PLD epsilon for one sampling rate."""
+    epsilon, order = sampled_gaussian_epsilon(analysis, q, multiplier, steps, delta)
+    library = library_rdp_epsilon(analysis, q, multiplier, steps, delta, size)
+    return epsilon, order, library, pld_epsilon(analysis, q, multiplier, steps, delta)
+
+
 @checked("accountant")
 class RenyiAccountant(Accountant):
     """(epsilon, delta) of a Gaussian defense over the whole run, per node (privacy.csv) and worst case."""
@@ -99,14 +119,7 @@ class RenyiAccountant(Accountant):
         self._target: float | None = None
 
     def schedule(self, setup: Setup) -> tuple[int, np.ndarray, float, Sampler]:
-        """(steps, per-node sampling rate, multiplier scale, sampler) of the configured run."""
-        protocol, mechanism = setup.protocol, setup.defense.mechanism()
-        steps = gradient_steps(setup)
-        if mechanism.level != "example":  # user level: the node's whole batch gradient, replace-one
-            return steps, np.ones(setup.network.n), 2.0, sampler_of("full", None)
-        sampler = sampler_of(mechanism.sampler, protocol.batch_size)
-        rates = sampler.rates(setup.local, protocol.batch_size).numpy()
-        return steps, rates, 1.0 if sampler.adjacency == "add_remove" else 2.0, sampler
+        return gradient_schedule(setup)
 
     def check(self, setup: Setup) -> None:
         defense = setup.defense
@@ -148,7 +161,7 @@ class RenyiAccountant(Accountant):
         sizes = setup.local.counts.numpy()
         unique, first, inverse = np.unique(rates, return_index=True, return_inverse=True)
         per_rate = [
-            self.three_ways(analysis, float(q), multiplier, steps, int(sizes[i]))
+            three_ways(analysis, float(q), multiplier, steps, int(sizes[i]), self.delta)
             for q, i in zip(unique, first, strict=True)
         ]
         own, order, library, pld = (np.array(column)[inverse] for column in zip(*per_rate, strict=True))
@@ -191,9 +204,3 @@ class RenyiAccountant(Accountant):
         if self._target is not None:
             summary["epsilon_target"] = self._target
         return Findings(tables={"privacy": table}, summary=summary)
-
-    def three_ways(self, analysis: str, q: float, multiplier: float, steps: int, size: int):
-        """decpriv's (epsilon, order), dp-accounting's RDP epsilon and its PLD epsilon for one rate."""
-        epsilon, order = sampled_gaussian_epsilon(analysis, q, multiplier, steps, self.delta)
-        library = library_rdp_epsilon(analysis, q, multiplier, steps, self.delta, size)
-        return epsilon, order, library, pld_epsilon(analysis, q, multiplier, steps, self.delta)

@@ -1,5 +1,12 @@
-"""The SecLDP accountant (Allouah et al. 2024, Sec. 4): user-level (epsilon, delta) of DECOR and of its LDP /
-CDP baselines under a threat model, with calibration of the noise to a target epsilon by root finding.
+"""The SecLDP accountant (Allouah et al. 2024, Sec. 4): (epsilon, delta) of DECOR and of its LDP / CDP
+baselines under a threat model, with calibration of the noise to a target epsilon by root finding.
+
+User level: one step of node i is a Gaussian view of Renyi slope c_i (secldp_bounds), composed over T steps
+in closed form. Example level (App. D.1): the clipped per-example sum is released through the same
+covariance Sigma_H; whitened, node i's step is the Gaussian mechanism with noise multiplier
+z_i = 1 / (Delta sqrt([Sigma_H^-1]_ii)) = sqrt(2 / c_i) C / Delta on a batch sampled at rate q_i, so it is
+accounted as the sampled Gaussian (Poisson: Delta = C, add/remove; fixed size: Delta = 2C, replace-one),
+by decpriv's RDP and dp-accounting's PLD, the tighter reported (:mod:`decpriv.privacy.rdp`).
 
 Threats: ``eavesdropper`` (sees every message, H = V), ``curious`` (each single user j, H = V \\ {j}, worst
 j), ``collusion`` (every coalition of ``collusion`` users, worst one). Baselines use the same conversion so
@@ -8,6 +15,7 @@ CDP protects the average with the LDP run's sigma.
 """
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import matplotlib
@@ -24,7 +32,16 @@ from decpriv.config_types import checked
 from decpriv.defenses.decor import CdpExcess  # noqa: E402
 from decpriv.errors import bad_value  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
-from decpriv.privacy.rdp import Delta, gradient_steps  # noqa: E402
+from decpriv.privacy.rdp import (  # noqa: E402
+    PLD_METHOD,
+    RDP_METHOD,
+    Delta,
+    calibrate_noise_multiplier,
+    gradient_schedule,
+    gradient_steps,
+    three_ways,
+)
+from decpriv.privacy.sampled_gaussian import sampled_gaussian_epsilon  # noqa: E402
 from decpriv.privacy.secldp_bounds import (  # noqa: E402
     Threat,
     algebraic_connectivity,
@@ -45,25 +62,18 @@ def epsilon_vs_sigma_cor(
     sigma_cdp: float,
     sigma_cor: float,
     clip: float,
-    steps: int,
-    delta: float,
-    threat: str,
-    collusion: int,
+    epsilon_of: Callable[[float], float],
+    threat: tuple[str, int],
 ) -> pd.DataFrame:
-    """DECOR Fig. 2: exact and Theorem-1 epsilon over a grid of sigma_cor around the configured one."""
+    """DECOR Fig. 2: exact and Theorem-1 epsilon over a grid of sigma_cor around the configured one;
+    ``epsilon_of`` maps a per-step slope to the run's epsilon, ``threat`` is (threat, collusion)."""
     grid = np.geomspace(max(sigma_cor, clip) / 100, max(sigma_cor, clip) * 100, 25)
-    honest = honest_connectivities(adjacency, threat, collusion)
+    honest = honest_connectivities(adjacency, *threat)
     rows = []
     for cor in grid:
-        slope = float(worst_slopes(adjacency, sigma_cdp, cor, clip, threat, collusion).max())
-        bound = threat_bound(adjacency, sigma_cdp, cor, clip, threat, collusion, honest)
-        rows.append(
-            {
-                "sigma_cor": cor,
-                "epsilon": epsilon_from_slope(slope, steps, delta),
-                "epsilon_bound": epsilon_from_slope(bound, steps, delta),
-            }
-        )
+        slope = float(worst_slopes(adjacency, sigma_cdp, cor, clip, *threat).max())
+        bound = threat_bound(adjacency, sigma_cdp, cor, clip, *threat, honest)
+        rows.append({"sigma_cor": cor, "epsilon": epsilon_of(slope), "epsilon_bound": epsilon_of(bound)})
     return pd.DataFrame(rows)
 
 
@@ -78,9 +88,10 @@ def sigma_cor_figure(
         ax.annotate(label, (curve.sigma_cor.iloc[0], value), fontsize=8, va="bottom")
     ax.plot([sigma_cor], [epsilon], "r*", ms=12, label="this run")
     ax.set_xlabel("sigma_cor")
-    ax.set_ylabel("epsilon")
+    ax.set_ylabel("epsilon (Renyi DP, converted)")
     ax.set_title("DECOR: epsilon vs correlated noise (fixed sigma_cdp)")
-    ax.legend(fontsize=8)
+    # the curve falls from the top left: the bottom left is free, above the CDP limit's label
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.08))
     fig.tight_layout()
     return fig
 
@@ -114,11 +125,11 @@ class SecLDPAccountant(Accountant):
     def check(self, setup: Setup) -> None:
         defense, n = setup.defense, setup.network.n
         mechanism = defense.mechanism()
-        if mechanism is None or mechanism.on != "gradients" or mechanism.level != "user":
+        if mechanism is None or mechanism.on != "gradients" or defense.name not in ("decor", "ldp", "cdp"):
             raise bad_value(
                 "accountant",
                 self.name,
-                f"SecLDP accounts user-level Gaussian noise (decor, ldp, cdp), not defense={defense.name}",
+                f"SecLDP accounts Gaussian gradient noise (decor, ldp, cdp), not defense={defense.name}",
                 "use defense=decor|ldp|cdp, or another accountant",
             )
         if not hasattr(setup.protocol, "batch_size"):
@@ -128,11 +139,7 @@ class SecLDPAccountant(Accountant):
         check_threat(self.threat, self.collusion, n)
         if self.threat == "collusion" and mechanism.correlated and self.collusion >= n - 1:
             raise bad_value("accountant.collusion", self.collusion, "no two honest users remain", "lower it")
-        target_slope = (
-            None
-            if mechanism.target is None
-            else slope_for_epsilon(mechanism.target, self.steps(setup), self.delta)
-        )
+        target_slope = None if mechanism.target is None else self.slope_for_target(setup, mechanism.target)
         self._target = mechanism.target
         if not mechanism.correlated:
             if target_slope is not None:
@@ -166,55 +173,86 @@ class SecLDPAccountant(Accountant):
         )
         defense.calibrate(sigma_cdp, sigma_cor)
 
+    def slope_for_target(self, setup: Setup, target: float) -> float:
+        """The per-step Renyi slope c (user-level units, 2 C^2 [Sigma^-1]_ii) whose run meets ``target``."""
+        steps, rates, scale, sampler = gradient_schedule(setup)
+        if sampler.name == "full" and scale == 2.0:
+            return slope_for_epsilon(target, steps, self.delta)
+        z = calibrate_noise_multiplier(
+            target, self.delta, steps, float(rates.max()), 1.0, sampler.accounted_as
+        )
+        return 2.0 / (scale * z) ** 2
+
+    def is_closed_form(self, setup: Setup) -> bool:
+        """User level: every step is a Gaussian view, composed in closed form (no sampling to amplify)."""
+        return setup.defense.mechanism().level == "user"
+
+    def epsilon_of_slope(self, setup: Setup) -> Callable[[float], float]:
+        """The run's epsilon at the worst node as a function of its per-step slope (RDP only: the curve)."""
+        steps, rates, scale, sampler = gradient_schedule(setup)
+        if self.is_closed_form(setup):
+            return partial(epsilon_from_slope, steps=steps, delta=self.delta)
+        q = float(rates.max())
+
+        def sampled(slope: float) -> float:
+            multiplier = math.sqrt(2.0 / slope) / scale
+            return sampled_gaussian_epsilon(sampler.accounted_as, q, multiplier, steps, self.delta)[0]
+
+        return sampled
+
+    def node_epsilons(self, setup: Setup, slopes: np.ndarray) -> tuple[dict, dict]:
+        """privacy.csv's per-node columns and the summary's method keys, for the run's privacy unit."""
+        steps, rates, scale, sampler = gradient_schedule(setup)
+        if self.is_closed_form(setup):
+            unique = np.unique(slopes)
+            epsilon = np.array([epsilon_from_slope(s, steps, self.delta) for s in unique])
+            columns = {
+                "epsilon": epsilon[np.searchsorted(unique, slopes)],
+                "alpha": [optimal_order(s, steps, self.delta) for s in slopes],
+            }
+            # the closed form that calibration inverts (secldp_bounds.slope_for_epsilon)
+            method = {"epsilon_method": "Renyi slope at the best order (Mironov's conversion)"}
+            return columns, method | {"adjacency": "replace_one"}
+        multipliers = np.sqrt(2.0 / slopes) / scale
+        pairs, inverse = np.unique(np.stack([rates, multipliers]), axis=1, return_inverse=True)
+        sizes = setup.local.counts.numpy()
+        first = [int(np.flatnonzero(inverse == k)[0]) for k in range(pairs.shape[1])]
+        found = [
+            three_ways(sampler.accounted_as, q, z, steps, int(sizes[i]), self.delta)
+            for (q, z), i in zip(pairs.T, first, strict=True)
+        ]
+        own, order, library, pld = (np.array(column)[inverse] for column in zip(*found, strict=True))
+        tightest = np.fmin(own, pld)  # PLD is NaN where dp-accounting has no event for the sampler
+        columns = {
+            "epsilon": tightest,
+            "epsilon_method": np.where(pld < own, PLD_METHOD, RDP_METHOD),
+            "alpha": order,
+            "epsilon_decpriv_rdp": own,
+            "epsilon_dp_accounting_rdp": library,
+            "epsilon_dp_accounting_pld": pld,
+            "sampling_rate": rates,
+            "noise_multiplier": multipliers,
+        }
+        worst = int(np.argmax(tightest))
+        method = {"epsilon_method": str(columns["epsilon_method"][worst]), "sampler": sampler.name}
+        return columns, method | {"adjacency": sampler.adjacency}
+
     def account(self, setup: Setup) -> Findings:
         defense, network = setup.defense, setup.network
-        n, steps = network.n, self.steps(setup)
+        n, mechanism = network.n, defense.mechanism()
         summary: dict[str, float | str] = {
             "delta": self.delta,
-            # the closed form that calibration inverts (secldp_bounds.slope_for_epsilon)
-            "epsilon_method": "Renyi slope at the best order (Mironov's conversion)",
-            "adjacency": "replace_one",
             "privacy_accountant": self.name,
             "threat": self.threat,
+            "privacy_level": mechanism.level,
         }
-        figures = {}
-        tables = {}
-        mechanism = defense.mechanism()
+        figures, tables = {}, {}
         if mechanism.correlated:
-            A = network.adjacency
-            slopes = worst_slopes(
-                A, defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion
-            )
-            a = algebraic_connectivity(A)
-            bound = threat_bound(
-                A, defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion
-            )
-            summary.update(algebraic_connectivity=a, slope_bound=bound)
-            curve = epsilon_vs_sigma_cor(
-                A,
-                defense.sigma_cdp,
-                defense.sigma_cor,
-                defense.clip,
-                steps,
-                self.delta,
-                self.threat,
-                self.collusion,
-            )
-            epsilon = epsilon_from_slope(float(slopes.max()), steps, self.delta)
-            ldp = epsilon_from_slope(2.0 * defense.clip**2 / defense.sigma_cdp**2, steps, self.delta)
-            cdp = epsilon_from_slope(2.0 * defense.clip**2 / (n * defense.sigma_cdp**2), steps, self.delta)
-            figures["plots/epsilon_vs_sigma_cor.png"] = partial(
-                sigma_cor_figure,
-                curve,
-                defense.sigma_cor,
-                epsilon,
-                {"sigma_cor = 0 (LDP)": ldp, "sigma_cor -> inf": cdp},
-            )
-            tables["epsilon_vs_sigma_cor"] = curve.assign(sigma_cdp=defense.sigma_cdp)
+            slopes = self.correlated_view(setup, summary, figures, tables)
         else:
             slopes = np.full(n, 2.0 / mechanism.sigma**2)
-        epsilon = np.array([epsilon_from_slope(s, steps, self.delta) for s in np.unique(slopes)])
-        eps_nodes = epsilon[np.searchsorted(np.unique(slopes), slopes)]
+        columns, method = self.node_epsilons(setup, slopes)
+        summary.update(method)
         central = mechanism.central
         observer = "average_model" if central else self.threat
         if self.threat == "collusion" and not central:
@@ -223,15 +261,36 @@ class SecLDPAccountant(Accountant):
             {
                 "source": np.arange(n),
                 "observer": observer,
-                "epsilon": eps_nodes,
-                "alpha": [optimal_order(s, steps, self.delta) for s in slopes],
+                **columns,
                 "delta": self.delta,
                 "threat": "central" if central else self.threat,
                 "slope": slopes,
-                "steps": steps,
+                "steps": self.steps(setup),
             }
         )
-        summary.update(epsilon=float(eps_nodes.max()), slope=float(slopes.max()))
+        summary.update(epsilon=float(np.max(columns["epsilon"])), slope=float(slopes.max()))
         if self._target is not None:
             summary["epsilon_target"] = self._target
         return Findings(tables=tables, summary=summary, figures=figures)
+
+    def correlated_view(self, setup: Setup, summary: dict, figures: dict, tables: dict) -> np.ndarray:
+        """DECOR's per-node worst slopes under the threat, with Theorem 1's bound and Fig. 2's curve."""
+        defense, n, A = setup.defense, setup.network.n, setup.network.adjacency
+        noise = (defense.sigma_cdp, defense.sigma_cor, defense.clip, self.threat, self.collusion)
+        slopes = worst_slopes(A, *noise)
+        summary.update(algebraic_connectivity=algebraic_connectivity(A), slope_bound=threat_bound(A, *noise))
+        epsilon_of = self.epsilon_of_slope(setup)
+        curve = epsilon_vs_sigma_cor(
+            A, defense.sigma_cdp, defense.sigma_cor, defense.clip, epsilon_of, noise[3:]
+        )
+        ldp = epsilon_of(2.0 * defense.clip**2 / defense.sigma_cdp**2)
+        cdp = epsilon_of(2.0 * defense.clip**2 / (n * defense.sigma_cdp**2))
+        figures["plots/epsilon_vs_sigma_cor.png"] = partial(
+            sigma_cor_figure,
+            curve,
+            defense.sigma_cor,
+            epsilon_of(float(slopes.max())),
+            {"sigma_cor = 0 (LDP)": ldp, "sigma_cor -> inf": cdp},
+        )
+        tables["epsilon_vs_sigma_cor"] = curve.assign(sigma_cdp=defense.sigma_cdp)
+        return slopes

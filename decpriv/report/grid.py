@@ -29,6 +29,26 @@ def expand(overrides: list[str]) -> list[list[str]]:
     return job_overrides(OverridesParser.create().parse_overrides(overrides))
 
 
+def per_job_keys(overrides: list[str]) -> list[str]:
+    """The command line as Hydra should compose a sweep's base config: Hydra composes it without the sweeps,
+    so after ``defense=ldp,cdp`` a fixed ``defense.sigma=2`` finds no defense there ("Key 'defense' is not
+    in struct") although every job composes. A key under a swept key is handed over as a one-value sweep,
+    ``defense.sigma=choice(2)``, which Hydra applies per job, as it applies the group."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    swept = {override.get_key_element() for override in parsed if override.is_sweep_override()}
+    kept = []
+    for text, override in zip(overrides, parsed, strict=True):
+        key = override.get_key_element()
+        under = any(key.startswith(f"{group}.") for group in swept)
+        if under and override.type == OverrideType.CHANGE and not override.is_sweep_override():
+            text = f"{key}=choice({override.get_value_element_as_str()})"
+        kept.append(text)
+    return kept
+
+
 def job_overrides(parsed: list) -> list[list[str]]:
     """The jobs of overrides parsed by Hydra's ``OverridesParser``: the cartesian product of each key's
     values (``range(3)``, ``a,b``, ``[0],[1]``), the first key varying slowest, as Hydra's basic sweeper
@@ -86,9 +106,14 @@ def sweep_plan(task: list[str], params: Any = None) -> tuple[int, list[str]]:
 
 
 def swept_keys(parsed: list) -> list[str]:
-    """The keys a parsed sweep varies; the last override of a key wins, in its first place."""
+    """The keys a parsed sweep varies (two values or more: ``per_job_keys``' one-value sweeps vary nothing);
+    the last override of a key wins, in its first place."""
     final = {o.get_key_element(): o for o in parsed}
-    return [o.key_or_group.lstrip("+~") for o in final.values() if o.is_sweep_override()]
+    return [
+        o.key_or_group.lstrip("+~")
+        for o in final.values()
+        if o.is_sweep_override() and len(list(o.sweep_string_iterator())) > 1
+    ]
 
 
 def with_params(task: list[str], params: Any) -> list[str]:

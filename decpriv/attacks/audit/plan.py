@@ -32,9 +32,9 @@ from decpriv.privacy.secldp_bounds import epsilon_from_slope
 
 COVERED = (
     "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
-    "accountant=network_dp, defense=ldp|cdp with protocol=dsgd "
-    "under accountant=rdp|secldp, defense=decor under accountant=secldp (every threat), defense=dpsgd under "
-    "accountant=rdp, defense=ldp with protocol=random_walk under accountant=random_walk"
+    "accountant=network_dp, defense=ldp|cdp at the user level with protocol=dsgd under accountant=rdp|secldp, "
+    "defense=decor at the user level under accountant=secldp (every threat), defense=dpsgd (or ldp at the "
+    "example level) under accountant=rdp, defense=ldp with protocol=random_walk under accountant=random_walk"
 )
 
 
@@ -152,7 +152,7 @@ def plan_audit(audited: Audited, max_observers: int) -> AuditPlan:
     if hasattr(protocol, "steps_per_round"):
         raise refuse(audited, "FedAvg's local epochs are not audited yet")
     user_gradients = mechanism.on == "gradients" and mechanism.level == "user"
-    if accountant.name == "rdp" and mechanism.level == "example":
+    if accountant.name == "rdp" and mechanism.level == "example" and not mechanism.central:
         return canary_plan(audited)
     if accountant.name in ("rdp", "secldp") and user_gradients:
         return gradient_plan(audited)
