@@ -341,6 +341,8 @@ def check_finite(outcome: Outcome, noise: Mechanism | None = None) -> None:
             f"lower protocol.lr, or add less noise (the defense's std is {noise.sigma:.3g} x its clip "
             f"{noise.clip:g}: a larger defense.epsilon or a smaller defense.sigma)"
         )
+        if noise.on == "gradients" and noise.level == "user":  # a batch's sum bears the same noise
+            fix += ", or defense.level=example (the noise lands on a clipped batch sum, b times smaller per gradient)"
     for column in [c for c in history.columns if "loss" in str(c)]:
         values = pd.to_numeric(history[column], errors="coerce").to_numpy(dtype=float)
         bad_rows = ~np.isfinite(values)

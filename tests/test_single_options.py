@@ -26,13 +26,13 @@ REFUSED = {  # option: what the refusal names (the combination has no meaning wi
     "data=fashion_mnist": OFFLINE,
     "data=mnist": OFFLINE,
     "data=libsvm": OFFLINE,
-    "data=least_squares": "use a classification data set",  # membership scores need classes
+    "data=least_squares": "or classification data",  # the default MLP classifies
     "model=logistic": "use model=softmax",  # binary logistic regression on 10 classes
     "model=linear_regression": "use model=softmax",  # a regression gives no class probabilities to score
     "adversary=none": "add ~attack",  # the default attack needs an attacker
     "adversary=server": "use adversary=curious",  # D-SGD has no server
     "adversary=sybils": "use topology=complete",  # no Sybil pair on a ring
-    "accountant=random_walk": "use defense.sigma >= 4",  # the theorem's noise condition
+    "accountant=random_walk": "use defense.sigma=4 defense.level=example",  # the theorem's noise condition
 }
 
 
@@ -73,6 +73,17 @@ def test_the_changes_users_tried_first_are_accepted():
         assert refusal(option) is None, option
     cfg, choices, _ = compose_or_refuse(["topology=karate"])
     assert check_job(cfg, choices, [], False, keep=True).setup.protocol.batch_size == 7  # min(16, 7)
+
+
+def test_the_random_walks_refusal_names_a_setting_that_trains(tmp_path):
+    """Issue 40: the refusal's fix was defense.sigma=4 alone, whose user-level walk diverged (test accuracy
+    0.145, train loss 2.3 -> 2370); its fix now adds the example level. Measured: 0.568 (chance 0.1)."""
+    from decpriv.api import run
+
+    fix = refusal("accountant=random_walk").split("use ", 1)[1].split(" (", 1)[0].split()
+    assert fix == ["defense.sigma=4", "defense.level=example"]
+    result = run(["accountant=random_walk", *fix, "~attack", "plots=false"], tmp_path / "walk")
+    assert result.summary["test_accuracy"] > 0.45
 
 
 def test_a_value_hydra_cannot_lex_is_refused_with_its_quoting():

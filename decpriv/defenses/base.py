@@ -42,6 +42,13 @@ class Mechanism:
     sampler: str = "fixed"
 
     @property
+    def locally_private(self) -> bool:
+        """Every message carries its own Gaussian noise on a clipped release that one user's data (user
+        level) or one example (example level: the clipped sum) moves by at most 2C: the user level's
+        analysis bounds both, amplification by subsampling left unclaimed."""
+        return self.on == "gradients" and not self.central and not self.correlated
+
+    @property
     def local_gaussian(self) -> bool:
         """Plain user-level LDP noise on each gradient: every message is private on its own."""
         return self.on == "gradients" and self.level == "user" and not self.central and not self.correlated

@@ -1,8 +1,9 @@
 """Pairwise network DP of private random-walk SGD (Cyffers, Bellet, Basu, ICML 2024, Theorem).
 
 For T walk steps with Gaussian noise of multiplier s relative to the sensitivity (here s = sigma / 2:
-user-level clipping to C moves a gradient by up to 2C) and s^2 >= 2 alpha (alpha - 1), the loss of u
-seen from v is
+user-level clipping to C moves a gradient by up to 2C, and at the example level one example moves the
+clipped sum by at most 2C, amplification by subsampling unclaimed) and s^2 >= 2 alpha (alpha - 1), the
+loss of u seen from v is
 
     eps_{u->v}(alpha) <= alpha T ln T / (s^2 n^2) + (alpha T / (s^2 n)) [-ln(I - W + 11^T/n)]_{uv},
 
@@ -63,11 +64,11 @@ class RandomWalkAccountant(Accountant):
 
     def check(self, setup: Setup) -> None:
         mechanism = setup.defense.mechanism()
-        if not setup.protocol.walks or mechanism is None or not mechanism.local_gaussian:
+        if not setup.protocol.walks or mechanism is None or not mechanism.locally_private:
             raise bad_value(
                 "accountant",
                 self.name,
-                f"the random-walk bound covers protocol=random_walk with defense=ldp, not "
+                f"the random-walk bound covers protocol=random_walk with defense=ldp (or dpsgd), not "
                 f"protocol={setup.protocol.name} with defense={setup.defense.name}",
                 "use protocol=random_walk defense=ldp",
             )
@@ -91,7 +92,9 @@ class RandomWalkAccountant(Accountant):
                 "defense.sigma",
                 mechanism.sigma,
                 f"the theorem needs (sigma/2)^2 >= 2 alpha (alpha - 1) = {2 * self.alpha * (self.alpha - 1):g}",
-                f"use defense.sigma >= {2 * math.sqrt(2 * self.alpha * (self.alpha - 1)):.3g} or a smaller accountant.alpha",
+                f"use defense.sigma={math.ceil(2 * math.sqrt(2 * self.alpha * (self.alpha - 1)) * 100) / 100:g} "
+                "defense.level=example (the noise then falls on a clipped batch sum, b times smaller per "
+                "gradient than at the user level) or a smaller accountant.alpha",
             )
 
     def account(self, setup: Setup) -> Findings:

@@ -41,7 +41,10 @@ from decpriv.privacy.rdp import (  # noqa: E402
     gradient_steps,
     three_ways,
 )
-from decpriv.privacy.sampled_gaussian import sampled_gaussian_epsilon  # noqa: E402
+from decpriv.privacy.sampled_gaussian import (  # noqa: E402
+    gaussian_dp_epsilon,
+    sampled_gaussian_epsilon,
+)
 from decpriv.privacy.secldp_bounds import (  # noqa: E402
     Threat,
     algebraic_connectivity,
@@ -55,6 +58,9 @@ from decpriv.privacy.secldp_bounds import (  # noqa: E402
     worst_slopes,
 )
 from decpriv.report.findings import Findings  # noqa: E402
+
+EXACT_METHOD = "exact Gaussian view"
+ALSO_SAMPLED = ("epsilon_decpriv_rdp", "epsilon_dp_accounting_rdp", "epsilon_dp_accounting_pld")
 
 
 def epsilon_vs_sigma_cor(
@@ -204,15 +210,7 @@ class SecLDPAccountant(Accountant):
         """privacy.csv's per-node columns and the summary's method keys, for the run's privacy unit."""
         steps, rates, scale, sampler = gradient_schedule(setup)
         if self.is_closed_form(setup):
-            unique = np.unique(slopes)
-            epsilon = np.array([epsilon_from_slope(s, steps, self.delta) for s in unique])
-            columns = {
-                "epsilon": epsilon[np.searchsorted(unique, slopes)],
-                "alpha": [optimal_order(s, steps, self.delta) for s in slopes],
-            }
-            # the closed form that calibration inverts (secldp_bounds.slope_for_epsilon)
-            method = {"epsilon_method": "Renyi slope at the best order (Mironov's conversion)"}
-            return columns, method | {"adjacency": "replace_one"}
+            return self.gaussian_views(slopes, steps)
         multipliers = np.sqrt(2.0 / slopes) / scale
         pairs, inverse = np.unique(np.stack([rates, multipliers]), axis=1, return_inverse=True)
         sizes = setup.local.counts.numpy()
@@ -234,8 +232,26 @@ class SecLDPAccountant(Accountant):
             "noise_multiplier": multipliers,
         }
         worst = int(np.argmax(tightest))
-        method = {"epsilon_method": str(columns["epsilon_method"][worst]), "sampler": sampler.name}
-        return columns, method | {"adjacency": sampler.adjacency}
+        summary = {"epsilon_method": str(columns["epsilon_method"][worst]), "accounted_sampler": sampler.name}
+        summary |= {key: float(np.max(columns[key])) for key in ALSO_SAMPLED}
+        return columns, summary | {"adjacency": sampler.adjacency}
+
+    def gaussian_views(self, slopes: np.ndarray, steps: int) -> tuple[dict, dict]:
+        """User level: T adaptive Gaussian steps of slope c are one Gaussian view, mu = sqrt(2 T c) (Dong,
+        Roth, Su 2022, Cor. 3.3), whose exact epsilon leads; the Renyi closed form that calibration inverts
+        (secldp_bounds.slope_for_epsilon) stands beside it, as the paper's accountant reports."""
+        unique = np.unique(slopes)
+        at = np.searchsorted(unique, slopes)
+        exact = np.array([gaussian_dp_epsilon(math.sqrt(2 * steps * c), self.delta) for c in unique])[at]
+        renyi = np.array([epsilon_from_slope(c, steps, self.delta) for c in unique])[at]
+        columns = {
+            "epsilon": exact,
+            "epsilon_method": EXACT_METHOD,
+            "alpha": [optimal_order(c, steps, self.delta) for c in slopes],
+            "epsilon_renyi_slope": renyi,
+        }
+        summary = {"epsilon_method": EXACT_METHOD, "epsilon_renyi_slope": float(renyi.max())}
+        return columns, summary | {"adjacency": "replace_one"}
 
     def account(self, setup: Setup) -> Findings:
         defense, network = setup.defense, setup.network

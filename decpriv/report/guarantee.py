@@ -14,6 +14,7 @@ ALSO = {
     "epsilon_dp_accounting_rdp": "RDP (dp-accounting)",
     "epsilon_dp_accounting_pld": "PLD (dp-accounting)",
     "epsilon_mironov": "Mironov's conversion",
+    "epsilon_renyi_slope": "Renyi slope (Mironov's conversion)",
 }
 # the neighbouring relation the epsilon protects, by summary key and the word it is shown with (``sampler``
 # alone is the protocol's batch sampler, which user-level accounting does not depend on)

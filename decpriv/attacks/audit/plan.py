@@ -28,7 +28,6 @@ from decpriv.defenses.base import Defense
 from decpriv.errors import bad_value
 from decpriv.privacy.network_dp import MAX_PAIR_ROWS
 from decpriv.privacy.sampled_gaussian import gaussian_dp_epsilon
-from decpriv.privacy.secldp_bounds import epsilon_from_slope
 
 COVERED = (
     "defense=muffliato with protocol=gossip and defense=ldp with protocol=dsgd (Muffliato-SGD) under "
@@ -77,9 +76,8 @@ class Currency:
             return 0.0
         if self.accountant == "network_dp":
             return self.alpha * mu**2 / 2.0
-        if self.accountant == "rdp":  # exact: the accountant reports PLD, as tight as a Gaussian allows
-            return gaussian_dp_epsilon(mu, self.delta)
-        return epsilon_from_slope(mu**2 / 2.0, 1, self.delta)  # secldp: RDP alpha mu^2 / 2, its conversion
+        # rdp reports PLD and secldp the exact Gaussian view: as tight as a Gaussian allows
+        return gaussian_dp_epsilon(mu, self.delta)
 
     @property
     def axis(self) -> str:
@@ -91,9 +89,7 @@ class Currency:
             return f"epsilon at delta={self.delta:g} (Clopper-Pearson, no assumption)"
         if self.accountant == "network_dp":
             return f"Renyi epsilon at order {self.alpha:g}"
-        if self.accountant == "rdp":
-            return f"epsilon at delta={self.delta:g} of a Gaussian view (exact)"
-        return f"epsilon at delta={self.delta:g} by {self.accountant}'s conversion of a Gaussian view"
+        return f"epsilon at delta={self.delta:g} of a Gaussian view (exact)"
 
 
 @dataclass(frozen=True, eq=False)

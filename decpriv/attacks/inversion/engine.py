@@ -249,7 +249,7 @@ def invert(
         x=inputs(u),
         y=y,
         objective=float(best_value[winner]),
-        history=torch.tensor(trace, dtype=torch.float64),
+        history=trace.to(torch.float64),
         objectives=best_value.reshape(len(candidates), config.restarts).cpu(),
         candidates=candidates.cpu(),
     )
@@ -296,20 +296,21 @@ def _projection(nx: int, data_range: tuple[float, float] | None, box: bool) -> C
 
 def _optimise(
     objective: Callable, u0: torch.Tensor, project: Callable, config: InversionConfig
-) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the configured optimiser on every problem at once; each problem's best point and value over
     its iterates, and the best value over all problems at each iteration."""
     best_value = torch.full((len(u0),), math.inf, dtype=u0.dtype, device=u0.device)
     best_u = u0.clone()
-    trace: list[float] = []
+    trace: list[torch.Tensor] = []  # kept on the device: a float() a step would wait on a GPU every step
 
     def on_step(u: torch.Tensor, value: torch.Tensor) -> None:
         better = value < best_value
         best_value.copy_(torch.where(better, value, best_value))
         best_u.copy_(torch.where(better[:, None], u, best_u))
-        trace.append(float(best_value.min()))
+        trace.append(best_value.min())
         if len(trace) % PROGRESS_EVERY == 0:  # as breaching prints its loss
-            updates.debug("iteration %d of %d, best loss %.4g", len(trace), config.iterations, trace[-1])
+            best = float(trace[-1])
+            updates.debug("iteration %d of %d, best loss %.4g", len(trace), config.iterations, best)
 
     if config.optimiser == "adam":
         u = adam(
@@ -318,4 +319,4 @@ def _optimise(
         on_step(u, objective(u)[1])
     else:
         lbfgs(objective, u0, config.iterations, config.lr, config.history, project, on_step)
-    return best_u, best_value, trace
+    return best_u, best_value, torch.stack(trace).cpu()
