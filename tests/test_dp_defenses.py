@@ -233,6 +233,11 @@ def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
             "collusion=15",
         ),
         (("defense=muffliato", "protocol=dsgd"), "accountant='network_dp'"),
+        (
+            ("defense=ldp", "defense.level=example", "accountant=network_dp"),
+            "protocol=dsgd at the example level",
+        ),
+        (("defense=ldp", "defense.level=batch"), "defense.level='batch'"),
         (("defense=muffliato", "protocol=gossip", "accountant=rdp"), "accountant='rdp'"),
         (
             ("protocol=random_walk", "defense=ldp", "defense.sigma=1", "accountant=random_walk"),
