@@ -121,8 +121,8 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
         near = did_you_mean(head, _known_keys(head, overrides)) if not hint and rest else ""
         if near and near != f"did you mean {head}?":
             hint = near.replace("?", f".{rest}?")  # protocl.rounds: protocol.rounds?
-        elif near:  # a key of another option of the group: gossip_matrix.function is hook's
-            hint = _option_with(head, rest) or hint
+        elif rest and not hint:  # a key of another option of the group: gossip_matrix.function is hook's
+            hint = _option_with(head, rest)
     return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
 
 

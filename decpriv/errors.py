@@ -11,7 +11,8 @@ class ConfigError(ValueError):
 def bad_value(key: str, value: object, problem: str, fix: str) -> ConfigError:
     """``bad_value("topology.n", 15, "a torus needs a perfect square", "use 16")`` ->
     "topology.n=15: a torus needs a perfect square; use 16."."""
-    return ConfigError(f"{key}={value!r}: {problem}; {fix}.")
+    shown = "null" if value is None else repr(value)  # what the user typed: YAML's null, not Python's None
+    return ConfigError(f"{key}={shown}: {problem}; {fix}.")
 
 
 class Diverged(RuntimeError):

@@ -337,9 +337,11 @@ def check_finite(outcome: Outcome, noise: Mechanism | None = None) -> None:
     history = outcome.history
     fix = "lower protocol.lr"
     if noise is not None and noise.sigma:
+        keys = "defense.sigma_cdp and defense.sigma_cor" if noise.correlated else "defense.sigma"
+        what = "private std" if noise.correlated else "std"
         fix = (
-            f"lower protocol.lr, or add less noise (the defense's std is {noise.sigma:.3g} x its clip "
-            f"{noise.clip:g}: a larger defense.epsilon or a smaller defense.sigma)"
+            f"lower protocol.lr, or add less noise (the defense's {what} is {noise.sigma:.3g} x its clip "
+            f"{noise.clip:g}: a larger defense.epsilon or a smaller {keys})"
         )
         if noise.on == "gradients" and noise.level == "user":  # a batch's sum bears the same noise
             fix += ", or defense.level=example (the noise lands on a clipped batch sum, b times smaller per gradient)"

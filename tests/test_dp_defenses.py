@@ -13,7 +13,7 @@ import pytest
 import torch
 from dp_accounting.pld import PLDAccountant
 
-from decpriv.api import compose_config, run
+from decpriv.api import compose_config, compose_or_refuse, run
 from decpriv.defenses.decor import Decor
 from decpriv.defenses.dp import DPSGD, CentralDP, LocalDP, clip_rows
 from decpriv.defenses.muffliato import Muffliato
@@ -238,6 +238,8 @@ def test_cli_muffliato_gossip_writes_distance_profile(cli, tmp_path):
             "protocol=dsgd at the example level",
         ),
         (("defense=ldp", "defense.level=batch"), "defense.level='batch'"),
+        (("defense=ldp", "defense.sampler=fixed"), "defense.sampler='fixed': the user level releases"),
+        (("defense=decor", "defense.epsilon=null", "defense.sigma_cdp=1"), "defense.sigma_cor=null"),
         (("defense=muffliato", "protocol=gossip", "accountant=rdp"), "accountant='rdp'"),
         (
             ("protocol=random_walk", "defense=ldp", "defense.sigma=1", "accountant=random_walk"),
@@ -250,6 +252,25 @@ def test_bad_input_refused_before_running(args, needle):
     cfg, _ = compose_config(["protocol.rounds=5", *args])
     with pytest.raises(ConfigError, match=re.escape(needle)):
         build(cfg)
+
+
+def test_a_key_another_option_of_the_group_reads_names_that_option():
+    with pytest.raises(
+        ConfigError, match=re.escape("choose defense=cdp or decor or ldp (it reads defense.level)")
+    ):
+        compose_or_refuse(["defense=dpsgd", "defense.level=user"])
+
+
+def test_the_audit_audits_a_defense_under_its_own_accountant():
+    """attack=audit pinned accountant=rdp, so `attack=audit defense=decor` was refused by rdp."""
+    cases = {
+        ("defense=ldp",): "rdp",
+        ("defense=decor", "defense.level=user"): "secldp",
+        ("defense=dpsgd",): "rdp",
+    }
+    for defense, accountant in cases.items():
+        setup = build(compose_config(["attack=audit", *defense, "protocol.rounds=3"])[0])
+        assert setup.accountant.name == accountant
 
 
 def test_cli_decor_without_private_noise_exits_2_with_reason(cli):

@@ -96,7 +96,9 @@ def test_divergence_under_a_defense_names_its_noise():
 
     history = pd.DataFrame({"round": [0, 10], "train_loss": [2.31, 3282.0]})
     outcome = Outcome(history, torch.zeros(2, 3), {})
-    with pytest.warns(UserWarning, match=r"less noise \(the defense's std is 41\.2 x its clip 1"):
+    with pytest.warns(
+        UserWarning, match=r"less noise \(the defense's private std is 41\.2 x its clip 1.*defense\.sigma_cor"
+    ):
         check_finite(outcome, Mechanism("gradients", 1.0, 41.2, correlated=True))
     with pytest.warns(UserWarning, match=r"diverged; lower protocol\.lr$"):
         check_finite(outcome, None)

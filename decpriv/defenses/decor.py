@@ -29,7 +29,7 @@ import torch
 from decpriv import rng
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense, Mechanism
-from decpriv.defenses.dp import BatchSampler, Clip, Level, PrivacyUnit, Target
+from decpriv.defenses.dp import BatchSampler, Clip, Level, PrivacyUnit, Target, batch_sampler
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 
@@ -55,19 +55,19 @@ class Decor(PrivacyUnit, Defense):
         epsilon: Target = 10.0,
         cdp_excess: CdpExcess = 2.0,
         level: Level = "example",
-        sampler: BatchSampler = "poisson",
+        sampler: BatchSampler | None = None,
     ):
         if epsilon is None and (sigma_cdp is None or sigma_cor is None):
+            missing = "defense.sigma_cdp" if sigma_cdp is None else "defense.sigma_cor"
             raise bad_value(
-                "defense.epsilon",
+                missing,
                 None,
-                "without a privacy target both noise levels must be given",
-                "set defense.epsilon, or defense.sigma_cdp and defense.sigma_cor",
+                "without a privacy target (defense.epsilon=null) both noise levels must be given",
+                f"set {missing}, or a target defense.epsilon",
             )
         self.clip, self.sigma_cdp, self.sigma_cor = clip, sigma_cdp, sigma_cor
         self.epsilon, self.cdp_excess = epsilon, cdp_excess
-        self.level = level
-        self.batch_sampler = sampler if level == "example" else "fixed"
+        self.level, self.batch_sampler = level, batch_sampler(level, sampler)
         self._edges: torch.Tensor | None = None
         self._pairs: torch.Generator | None = None
 

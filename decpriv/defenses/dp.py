@@ -72,6 +72,22 @@ def example_level_sum(
     return (per_example * weight[..., None]).sum(1)
 
 
+def batch_sampler(level: str, sampler: str | None) -> str:
+    """How the protocol draws batches for a defense at ``level``: the example level's ``sampler``
+    (Poisson when unset); the user level's guarantee does not depend on it, so setting one is refused."""
+    if level == "user":
+        if sampler is not None:
+            raise bad_value(
+                "defense.sampler",
+                sampler,
+                "the user level releases the node's whole batch gradient, so its guarantee does not depend "
+                "on how the batch is drawn",
+                "drop defense.sampler, or set defense.level=example",
+            )
+        return "fixed"
+    return sampler or "poisson"
+
+
 class PrivacyUnit:
     """What a Gaussian gradient defense protects, ``level`` (user | example), and the batch it divides by.
 
@@ -117,13 +133,11 @@ class GaussianDefense(PrivacyUnit, Defense):
         sigma: Annotated[float, Range(ge=0, what="a noise multiplier", eg=1.0)] | None = 1.0,
         epsilon: Target = None,
         level: Level = "user",
-        sampler: BatchSampler = "poisson",
+        sampler: BatchSampler | None = None,
     ):
         check_noise(sigma, epsilon)
         self.clip, self.sigma, self.epsilon = clip, sigma, epsilon
-        self.level = level
-        # the user level's batch is not part of its guarantee: drawn as the protocol draws without a defense
-        self.batch_sampler = sampler if level == "example" else "fixed"
+        self.level, self.batch_sampler = level, batch_sampler(level, sampler)
 
     def calibrate(self, sigma: float) -> None:
         """Set the noise multiplier found by the accountant for the target ``epsilon``."""

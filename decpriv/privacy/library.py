@@ -39,7 +39,10 @@ def library_rdp_epsilon(
         return math.inf
     accountant = RdpAccountant(orders=list(ORDERS), neighboring_relation=relation(sampler))
     accountant.compose(dp_accounting.SelfComposedDpEvent(step_event(sampler, q, sigma, size), steps))
-    return float(accountant.get_epsilon(delta))
+    epsilon = float(accountant.get_epsilon(delta))
+    if sampler == "without_replacement":  # as decpriv's own: the unsampled Gaussian bounds it too
+        return min(epsilon, library_rdp_epsilon("gaussian", 1.0, sigma, steps, delta))
+    return epsilon
 
 
 def pld_epsilon(sampler: str, q: float, sigma: float, steps: int, delta: float) -> float:

@@ -65,15 +65,20 @@ def gaussian_epsilon(
 
 
 def calibrate_noise_multiplier(
-    epsilon: float, delta: float, steps: int, rate: float, scale: float, sampler: str = "poisson"
+    epsilon: float, delta: float, steps: int, rates, scale: float, sampler: str = "poisson"
 ) -> float:
-    """The defense's sigma whose run meets (epsilon, delta): root of eps(sigma / scale) = epsilon on log sigma
-    (epsilon decreases in sigma). ``scale`` maps sigma to the mechanism's noise multiplier (2 for replace-one)."""
+    """The defense's sigma whose run meets (epsilon, delta) at every node: root of
+    max_q eps(sigma / scale, q) = epsilon on log sigma over the nodes' distinct sampling ``rates`` (epsilon
+    decreases in sigma; it need not grow with q). ``scale`` maps sigma to the mechanism's noise
+    multiplier (2 for replace-one)."""
+    distinct = np.unique(np.atleast_1d(np.asarray(rates, dtype=float)))
 
     def excess(log_sigma: float) -> float:
-        return math.log(
-            gaussian_epsilon(math.exp(log_sigma) / scale, steps, delta, rate, sampler)[0] / epsilon
+        worst = max(
+            gaussian_epsilon(math.exp(log_sigma) / scale, steps, delta, float(q), sampler)[0]
+            for q in distinct
         )
+        return math.log(worst / epsilon)
 
     low, high = (math.log(s) for s in SIGMA_RANGE)
     if excess(high) > 0:
@@ -150,7 +155,7 @@ class RenyiAccountant(Accountant):
             self._target = mechanism.target
             defense.calibrate(
                 calibrate_noise_multiplier(
-                    mechanism.target, self.delta, steps, float(rates.max()), scale, sampler.accounted_as
+                    mechanism.target, self.delta, steps, rates, scale, sampler.accounted_as
                 )
             )
 
@@ -197,10 +202,10 @@ class RenyiAccountant(Accountant):
             "epsilon_dp_accounting_pld": float(pld.max()),
             "delta": self.delta,
             "privacy_accountant": self.name,
-            "sampler": sampler.name,
-            "accounted_sampler": sampler.name,
             "adjacency": sampler.adjacency,
         }
+        if mechanism.level == "example":  # the user level's guarantee does not depend on the batch drawn
+            summary |= {"sampler": sampler.name, "accounted_sampler": sampler.name}
         if self._target is not None:
             summary["epsilon_target"] = self._target
         return Findings(tables={"privacy": table}, summary=summary)

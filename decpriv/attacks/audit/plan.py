@@ -125,10 +125,13 @@ class AuditPlan:
 
 def refuse(audited: Audited, why: str) -> Exception:
     accountant = getattr(audited.accountant, "name", "none")
+    mechanism = audited.defense.mechanism()
+    level = " at the example level" if getattr(mechanism, "level", "user") == "example" else ""
     return bad_value(
         "attack",
         "audit",
-        f"{why} (defense={audited.defense.name}, protocol={audited.protocol.name}, accountant={accountant}); "
+        f"{why} (defense={audited.defense.name}{level}, protocol={audited.protocol.name}, "
+        f"accountant={accountant}); "
         f"the audit covers {COVERED}",
         "drop attack=audit or audit a covered pair",
     )
