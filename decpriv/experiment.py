@@ -555,7 +555,8 @@ def sealed_plan(setup: Setup, sealed: Sealed) -> Any:
 
 def record_settled(cfg: DictConfig, setup: Setup, folder: RunFolder, config_columns: dict[str, Any]) -> None:
     """Values the build settles are recorded as what ran: the device (``cpu`` or ``cuda``, never ``auto``)
-    with its name, and ``protocol.batch_size=auto`` as the number (min(16, the smallest local set); a
+    with its name, an unset accountant as the defense's own that ran, and ``protocol.batch_size=auto`` as
+    the number (min(16, the smallest local set); a
     Dirichlet split can drive it to 1), in summary.csv and run.json, with run.json's ``settled`` naming the
     request beside what ran. The config digest stays the request's (resume compares it)."""
     device = setup.device
@@ -564,6 +565,9 @@ def record_settled(cfg: DictConfig, setup: Setup, folder: RunFolder, config_colu
     settled = {}
     if cfg.get("device") != device.type:
         settled["device"] = {"requested": cfg.get("device"), "ran": device.type}
+    if not cfg.get("accountant") and setup.accountant is not None:  # the defense's own accountant ran
+        settled["accountant"] = {"requested": None, "ran": setup.accountant.name}
+        config_columns["accountant"] = setup.accountant.name
     if OmegaConf.select(cfg, "protocol.batch_size") == "auto":
         settled["protocol.batch_size"] = {"requested": "auto", "ran": setup.protocol.batch_size}
         config_columns["protocol.batch_size"] = setup.protocol.batch_size

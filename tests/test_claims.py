@@ -304,5 +304,5 @@ def test_inversion_batches_claim(cli, tmp_path):
 
 def test_malformed_claim_is_refused_before_the_run(cli, tmp_path):
     proc = cli("run", "claim={source: S}", "hydra.run.dir=out")
-    assert proc.returncode == 2 and "claim.statement=None" in proc.stderr
+    assert proc.returncode == 2 and "claim.statement=null" in proc.stderr
     assert not (tmp_path / "out").exists()

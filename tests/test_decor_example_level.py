@@ -76,6 +76,7 @@ def test_defense_decor_alone_trains_the_default_run(tmp_path):
     0-2 (LDP at the same epsilon: 0.43-0.52)."""
     result = run(["defense=decor", "~attack", "plots=false"], tmp_path / "decor")
     assert result.summary["epsilon"] <= 10 and result.summary["privacy_level"] == "example"
+    assert result.summary["accountant"] == "secldp"  # unset in the config: the defense's own, as it ran
     assert result.summary["test_accuracy"] > 0.5 and result.summary["train_loss"] < 2.0
 
 

@@ -80,7 +80,7 @@ def test_unreachable_connectivity_is_refused():
         (lambda: topo.random_regular(9, 3), "topology.d=3"),
         (lambda: topo.erdos_renyi(10, 0.0), "topology.p=0.0"),
         (lambda: topo.ring(2), "topology.n=2"),
-        (lambda: topo.edgelist(None), "topology.path=None"),
+        (lambda: topo.edgelist(None), "topology.path=null"),
     ],
 )
 def test_bad_topology_input(call, key):

@@ -226,7 +226,7 @@ def test_sybil_drop_out_claim_on_a_complete_graph():
             ["topology=ring", "attack=sybil_evasion", "adversary.sybils=3"],
             ["adversary.sybils=3", "adversary.rewire=true", "topology=complete"],
         ),
-        (["attack=sybil_evasion", "adversary=curious"], ["adversary.sybils=None"]),
+        (["attack=sybil_evasion", "adversary=curious"], ["adversary.sybils=null"]),
         (
             [
                 "topology=complete",
