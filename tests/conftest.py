@@ -63,6 +63,19 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subproc
     return proc
 
 
+QUICK = ["protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]  # a run of about a second
+
+
+def refused(capsys, *argv: str) -> str:
+    """The one line ``decpriv ARGV`` refuses with (exit status 2), in the process."""
+    from decpriv.cli import main
+
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return " ".join(err.split())
+
+
 def build(*overrides: str) -> Setup:
     """The setup ``decpriv run OVERRIDES`` would build, not yet run."""
     return experiment.build(compose_config(list(overrides))[0])

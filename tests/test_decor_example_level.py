@@ -122,9 +122,17 @@ def test_fixed_size_batches_meet_the_target_at_every_node():
 
 
 def test_the_sampled_bound_never_exceeds_the_unsampled_gaussian():
-    from decpriv.privacy.sampled_gaussian import ORDERS, rdp_curve
+    """The curve is the order-wise smaller of the two bounds (the first assertion holds by construction);
+    what can fail: Wang et al.'s bound alone does pass the Gaussian's near q = 1, so the minimum is needed
+    there, and at small q the curve is that bound unchanged, its amplification kept."""
+    from decpriv.privacy.sampled_gaussian import ORDERS, rdp_curve, without_replacement_rdp
 
+    gaussian = np.array(ORDERS) / (2 * 1.2**2)
     for q in (0.05, 0.5, 16 / 17):
         curve = rdp_curve("without_replacement", q, 1.2)
-        assert (curve <= np.array(ORDERS) / (2 * 1.2**2) + 1e-15).all()
+        assert (curve <= gaussian + 1e-15).all()
     assert rdp_curve("without_replacement", 0.05, 1.2)[0] < 0.5 * 2 / (2 * 1.2**2)  # amplified at small q
+    raw = np.array([without_replacement_rdp(16 / 17, 1.2, a) for a in ORDERS])
+    assert (raw > gaussian).any()
+    small = np.array([without_replacement_rdp(0.05, 1.2, a) for a in ORDERS[:8]])
+    assert np.array_equal(rdp_curve("without_replacement", 0.05, 1.2, ORDERS[:8]), small)

@@ -4,20 +4,12 @@ one job twice, and the run folder records what ran (issue 40's first half)."""
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, refused
 
 from decpriv import NO_USER_CONF
 from decpriv.cli import main
 
 pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
-QUICK = ["protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
-
-
-def _refused(capsys, *argv: str) -> str:
-    """The one line ``decpriv ARGV`` refuses with (exit status 2)."""
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return " ".join(err.split())
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -30,13 +22,13 @@ def test_resume_into_a_run_of_another_config_is_refused_and_touches_nothing(tmp_
     capsys.readouterr()
     before = _files(tmp_path / "r")
     assert "summary.csv" in before
-    said = _refused(capsys, "run", *QUICK, "seed=1", "hydra.run.dir=r", "resume=true")
+    said = refused(capsys, "run", *QUICK, "seed=1", "hydra.run.dir=r", "resume=true")
     assert said == (
         "error: hydra.run.dir='r': resume=true finishes the run this folder holds, and it ran without those "
         "overrides where this command runs seed=1; repeat that run's command line with resume=true, or "
         "choose a new folder for this one."
     )
-    said = _refused(capsys, "run", *QUICK[:-2], "protocol=gossip", "hydra.run.dir=r", "resume=true")
+    said = refused(capsys, "run", *QUICK[:-2], "protocol=gossip", "hydra.run.dir=r", "resume=true")
     assert "it ran ~attack plots=false where this command runs protocol=gossip;" in said
     assert _files(tmp_path / "r") == before
     assert main(["run", *QUICK, "hydra.run.dir=r", "resume=true"]) == 0  # its own config: kept as it is
@@ -59,16 +51,16 @@ def test_a_sweep_that_lists_a_value_twice_is_refused_before_any_job(
     tmp_path, monkeypatch, capsys, swept, says
 ):
     monkeypatch.chdir(tmp_path)
-    assert says in _refused(capsys, "run", "-m", swept, *QUICK)
+    assert says in refused(capsys, "run", "-m", swept, *QUICK)
     assert not list(tmp_path.iterdir())
 
 
-def test_a_preset_sweep_whose_command_line_repeats_a_value_is_refused(tmp_path, monkeypatch, capsys):
+def test_a_preset_sweep_whose_command_line_repeats_a_value_isrefused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Path("conf/experiment").mkdir(parents=True)
     sweep = "# @package _global_\nhydra:\n  sweeper:\n    params:\n      seed: range(3)\n"
     Path("conf/experiment/seeds.yaml").write_text(sweep)
-    said = _refused(capsys, "run", "-m", "experiment=seeds", "seed=4,4", *QUICK)
+    said = refused(capsys, "run", "-m", "experiment=seeds", "seed=4,4", *QUICK)
     assert "seed lists 4 twice" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"]
 

@@ -4,20 +4,12 @@
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, refused
 
 from decpriv import NO_USER_CONF
 from decpriv.cli import main
 
 pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
-QUICK = ["protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
-
-
-def _refused(capsys, *argv: str) -> str:
-    """The one line ``decpriv ARGV`` refuses with (exit status 2)."""
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return " ".join(err.split())
 
 
 @pytest.mark.parametrize(
@@ -32,17 +24,17 @@ def _refused(capsys, *argv: str) -> str:
 )
 def test_a_run_name_is_refused_for_what_it_is(tmp_path, monkeypatch, capsys, override, says):
     monkeypatch.chdir(tmp_path)
-    assert says in _refused(capsys, "run", override, *QUICK)
+    assert says in refused(capsys, "run", override, *QUICK)
     assert not list(tmp_path.iterdir())  # no runs/<date>/ left behind, no file x made
 
 
 def test_sweeps_that_would_have_no_job_or_a_glob(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    said = _refused(capsys, "run", "-m", "seed=range(0)", *QUICK)
+    said = refused(capsys, "run", "-m", "seed=range(0)", *QUICK)
     assert said.startswith("error: seed=range(0): this sweep has no value")
-    said = _refused(capsys, "run", "-m", "topology=glob(ri*)", *QUICK)
+    said = refused(capsys, "run", "-m", "topology=glob(ri*)", *QUICK)
     assert said.endswith("decpriv sweeps listed options, not glob(); write topology=ring")
-    said = _refused(capsys, "run", "-m", "topology=glob(*,exclude=[r*,e*,f*,k*,l*,d*,h*,s*,c*])", *QUICK)
+    said = refused(capsys, "run", "-m", "topology=glob(*,exclude=[r*,e*,f*,k*,l*,d*,h*,s*,c*])", *QUICK)
     assert said.endswith("write topology=torus")
     assert not list(tmp_path.iterdir())
 
@@ -52,20 +44,20 @@ def test_the_users_conf_folder_says_which_file(tmp_path, monkeypatch, capsys):
     experiments = Path("conf/experiment")
     experiments.mkdir(parents=True)
     (experiments / "broken.yaml").write_text("# @package _global_\nprotocol: {rounds: [\n")
-    said = _refused(capsys, "run", "experiment=broken", *QUICK)
+    said = refused(capsys, "run", "experiment=broken", *QUICK)
     assert said.startswith("error: conf/experiment/broken.yaml: not valid YAML (") and "line 3" in said
     (experiments / "broken.yaml").unlink()
 
     Path("conf/topology").mkdir()
     Path("conf/topology/ring.yaml").write_text("_target_: networkx.cycle_graph\nn: 5\n")
-    said = _refused(capsys, "run", *QUICK)  # topology=ring is the default: the package's ring would run
+    said = refused(capsys, "run", *QUICK)  # topology=ring is the default: the package's ring would run
     assert "conf/topology/ring.yaml: decpriv's own topology=ring comes first" in said
     assert "rename it (e.g. conf/topology/my_ring.yaml) and choose topology=my_ring" in said
     Path("conf/topology/ring.yaml").unlink()
 
     sweep = "# @package _global_\nhydra:\n  sweeper:\n    params:\n      protocl.rounds: 2,3\n"
     (experiments / "typo.yaml").write_text(sweep)
-    said = _refused(capsys, "run", "-m", "experiment=typo", *QUICK)
+    said = refused(capsys, "run", "-m", "experiment=typo", *QUICK)
     assert said == "error: Could not override 'protocl.rounds'. (did you mean protocol.rounds?)"
     (experiments / "sweep.yaml").write_text(sweep.replace("protocl", "protocol"))
     assert main(["run", "experiment=sweep", *QUICK]) == 0  # without -m: one run, and a note says so
@@ -82,15 +74,15 @@ def test_readers_say_what_a_folder_is_not(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", *QUICK, "hydra.run.dir=done"]) == 0
     capsys.readouterr()
-    said = _refused(capsys, "diff", "done/history.csv", "done")
+    said = refused(capsys, "diff", "done/history.csv", "done")
     assert "done/history.csv is one CSV table and done a folder, which have nothing to pair" in said
     Path("live").mkdir()  # a run that started and has written no table yet
     meta = {"status": "running", "pid": 1, "host": socket.gethostname(), "started": "2999-01-01T00:00:00"}
     Path("live/run.json").write_text(json.dumps({**meta, "heartbeat": "2999-01-01T00:00:00"}))
-    assert "live: the run is still running (process 1 on" in _refused(capsys, "report", "live")
+    assert "live: the run is still running (process 1 on" in refused(capsys, "report", "live")
     assert main(["diff", "--brief", "done", "live"]) == 1  # different, said without a traceback
     assert "differ" in capsys.readouterr().out
-    said = _refused(capsys, "runs", "seed=0", "seed=1")
+    said = refused(capsys, "runs", "seed=0", "seed=1")
     assert said == "error: seed='1': seed is filtered twice (seed=0 too), and a run has one seed; give one."
 
 
@@ -104,12 +96,12 @@ def test_data_files_that_are_not_the_data_set_and_a_refused_root_leaves_nothing(
     raw.mkdir(parents=True)
     for part in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
         (raw / f"{part}-ubyte").write_text("garbage\n")
-    said = _refused(capsys, "run", "data=mnist", "data.root=m", *QUICK)
+    said = refused(capsys, "run", "data=mnist", "data.root=m", *QUICK)
     assert said.startswith("error: data.root='m': the mnist files there do not read as mnist (AssertionError")
     Path("a").mkdir()
     Path("a/a9a").write_text("garbage line\n")
     Path("a/a9a.t").write_text("1 1:1\n")
-    said = _refused(capsys, "run", "data=libsvm", "data.root=a", *QUICK)
+    said = refused(capsys, "run", "data=libsvm", "data.root=a", *QUICK)
     assert "the a9a files there do not read as a9a (ValueError: could not convert string to float" in said
     with pytest.raises(OSError), _kept_only_when_read(Path("new/deep/root")):
         Path("new/deep/root/MNIST/raw").mkdir(parents=True)  # what a download makes before it fails
@@ -137,18 +129,18 @@ def test_a_resumed_preset_sweep_keeps_its_completed_jobs(tmp_path, monkeypatch, 
 
 def test_a_key_of_another_option_and_a_hook_that_takes_no_graph(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    said = _refused(capsys, "run", "gossip_matrix.function=os.getcwd", *QUICK)
+    said = refused(capsys, "run", "gossip_matrix.function=os.getcwd", *QUICK)
     assert said.endswith("(choose gossip_matrix=hook (it reads gossip_matrix.function))")
-    said = _refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=os.getcwd", *QUICK)
+    said = refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=os.getcwd", *QUICK)
     assert "'os.getcwd': the function is called with the graph alone and does not take it" in said
-    said = _refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=builtins.str", *QUICK)
+    said = refused(capsys, "run", "gossip_matrix=hook", "gossip_matrix.function=builtins.str", *QUICK)
     assert "'builtins.str': its result is not an (n, n) matrix" in said
 
 
 @pytest.mark.parametrize("model", ["softmax", "mlp"])
 def test_a_classifier_on_regression_data(tmp_path, monkeypatch, capsys, model):
     monkeypatch.chdir(tmp_path)
-    said = _refused(capsys, "run", "data=least_squares", f"model={model}", "protocol.batch_size=null", *QUICK)
+    said = refused(capsys, "run", "data=least_squares", f"model={model}", "protocol.batch_size=null", *QUICK)
     assert said == (
         f"error: model='{model}': this model classifies, and the data has 0 classes (a regression task); "
         "use model=linear_regression for regression data, or classification data (data=digits)."
@@ -157,7 +149,7 @@ def test_a_classifier_on_regression_data(tmp_path, monkeypatch, capsys, model):
 
 def test_an_adversary_key_where_the_run_has_no_adversary(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    said = _refused(capsys, "run", "attack=audit", "adversary.count=3", "protocol.rounds=2", "topology.n=4")
+    said = refused(capsys, "run", "attack=audit", "adversary.count=3", "protocol.rounds=2", "topology.n=4")
     assert said == (
         "error: adversary.count='3': attack=audit runs no adversary (adversary=none: every node honest), "
         "so no adversary key is read; drop it, or choose an attack that has an adversary."
@@ -167,6 +159,6 @@ def test_an_adversary_key_where_the_run_has_no_adversary(tmp_path, monkeypatch, 
 def test_every_node_corrupt_is_refused_without_naming_a_key_not_set(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     nodes = "adversary.nodes=[" + ",".join(map(str, range(16))) + "]"
-    said = _refused(capsys, "run", nodes, "protocol.rounds=2")
+    said = refused(capsys, "run", nodes, "protocol.rounds=2")
     assert "adversary='16 corrupt nodes of 16': no honest node neighbours the corrupt ones" in said
     assert "(adversary.count <= 15, or fewer adversary.nodes)" in said

@@ -113,6 +113,44 @@ def three_ways(analysis: str, q: float, multiplier: float, steps: int, size: int
     return epsilon, order, library, pld_epsilon(analysis, q, multiplier, steps, delta)
 
 
+def sampled_epsilons(
+    analysis: str, rates: np.ndarray, multipliers, steps: int, sizes: np.ndarray, delta: float
+) -> dict[str, np.ndarray]:
+    """privacy.csv's per-node epsilon columns of ``steps`` sampled Gaussian steps at each node's rate and
+    noise multiplier: decpriv's RDP (and its order), dp-accounting's RDP and PLD, and the tightest with the
+    method that gave it. Each distinct (rate, multiplier) pair is accounted once (PLDs are slow)."""
+    multipliers = np.broadcast_to(np.asarray(multipliers, dtype=float), rates.shape)
+    pairs, first, inverse = np.unique(
+        np.stack([rates, multipliers]), axis=1, return_index=True, return_inverse=True
+    )
+    found = [
+        three_ways(analysis, float(q), float(z), steps, int(sizes[i]), delta)
+        for (q, z), i in zip(pairs.T, first, strict=True)
+    ]
+    own, order, library, pld = (np.array(c)[inverse.ravel()] for c in zip(*found, strict=True))
+    tightest = np.fmin(own, pld)  # PLD is NaN where dp-accounting has no event for the sampler
+    return {
+        "epsilon": tightest,
+        "epsilon_method": np.where(pld < own, PLD_METHOD, RDP_METHOD),  # "method" is exact | bound (audit)
+        "alpha": order,
+        "epsilon_decpriv_rdp": own,
+        "epsilon_dp_accounting_rdp": library,
+        "epsilon_dp_accounting_pld": pld,
+    }
+
+
+def worst_of(columns: dict[str, np.ndarray]) -> dict[str, float | str]:
+    """The summary of :func:`sampled_epsilons`' columns: the worst node's epsilon and method, each
+    method's largest value beside it."""
+    worst = int(np.argmax(columns["epsilon"]))
+    others = ("epsilon_decpriv_rdp", "epsilon_dp_accounting_rdp", "epsilon_dp_accounting_pld")
+    return {
+        "epsilon": float(columns["epsilon"][worst]),
+        "epsilon_method": str(columns["epsilon_method"][worst]),
+        **{key: float(np.max(columns[key])) for key in others},
+    }
+
+
 @checked("accountant")
 class RenyiAccountant(Accountant):
     """(epsilon, delta) of a Gaussian defense over the whole run, per node (privacy.csv) and worst case."""
@@ -164,26 +202,14 @@ class RenyiAccountant(Accountant):
         steps, rates, scale, sampler = self.schedule(setup)
         multiplier, analysis = mechanism.sigma / scale, sampler.accounted_as
         sizes = setup.local.counts.numpy()
-        unique, first, inverse = np.unique(rates, return_index=True, return_inverse=True)
-        per_rate = [
-            three_ways(analysis, float(q), multiplier, steps, int(sizes[i]), self.delta)
-            for q, i in zip(unique, first, strict=True)
-        ]
-        own, order, library, pld = (np.array(column)[inverse] for column in zip(*per_rate, strict=True))
+        columns = sampled_epsilons(analysis, rates, multiplier, steps, sizes, self.delta)
         central = mechanism.central
-        tightest = np.fmin(own, pld)  # PLD is NaN where dp-accounting has no event for the sampler
-        method = np.where(pld < own, PLD_METHOD, RDP_METHOD)
         table = pd.DataFrame(
             {
                 "source": np.arange(setup.network.n),
                 "observer": "average_model" if central else "any",
-                "epsilon": tightest,
-                "epsilon_method": method,  # "method" is exact | bound, what the audit reads
-                "alpha": order,
+                **columns,
                 "delta": self.delta,
-                "epsilon_decpriv_rdp": own,
-                "epsilon_dp_accounting_rdp": library,
-                "epsilon_dp_accounting_pld": pld,
                 "threat": "central" if central else "local",
                 "mechanism": f"{analysis}_gaussian" if analysis != "gaussian" else "gaussian",
                 "sampler": sampler.name,
@@ -193,13 +219,8 @@ class RenyiAccountant(Accountant):
                 "noise_multiplier": multiplier,
             }
         )
-        worst = int(np.argmax(tightest))
         summary = {
-            "epsilon": float(tightest[worst]),
-            "epsilon_method": str(method[worst]),
-            "epsilon_decpriv_rdp": float(own.max()),
-            "epsilon_dp_accounting_rdp": float(library.max()),
-            "epsilon_dp_accounting_pld": float(pld.max()),
+            **worst_of(columns),
             "delta": self.delta,
             "privacy_accountant": self.name,
             "adjacency": sampler.adjacency,

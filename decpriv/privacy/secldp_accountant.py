@@ -34,13 +34,13 @@ from decpriv.defenses.decor import CdpExcess  # noqa: E402
 from decpriv.errors import bad_value  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.rdp import (  # noqa: E402
-    PLD_METHOD,
     RDP_METHOD,
     Delta,
     calibrate_noise_multiplier,
     gradient_schedule,
     gradient_steps,
-    three_ways,
+    sampled_epsilons,
+    worst_of,
 )
 from decpriv.privacy.sampled_gaussian import (  # noqa: E402
     gaussian_dp_epsilon,
@@ -61,7 +61,12 @@ from decpriv.privacy.secldp_bounds import (  # noqa: E402
 from decpriv.report.findings import Findings  # noqa: E402
 
 EXACT_METHOD = "exact Gaussian view"
-ALSO_SAMPLED = ("epsilon_decpriv_rdp", "epsilon_dp_accounting_rdp", "epsilon_dp_accounting_pld")
+
+
+def plain_gaussian(sampler) -> bool:
+    """Every step a plain Gaussian view (the user level, or the example level's whole local set): nothing
+    sampled to amplify, so T steps compose into one Gaussian."""
+    return sampler.name == "full"
 
 
 def epsilon_vs_sigma_cor(
@@ -187,21 +192,16 @@ class SecLDPAccountant(Accountant):
     def slope_for_target(self, setup: Setup, target: float) -> float:
         """The per-step Renyi slope c (user-level units, 2 C^2 [Sigma^-1]_ii) whose run meets ``target``."""
         steps, rates, scale, sampler = gradient_schedule(setup)
-        if self.is_gaussian(setup):
+        if plain_gaussian(sampler):
             return slope_for_epsilon(target, steps, self.delta)
         z = calibrate_noise_multiplier(target, self.delta, steps, rates, 1.0, sampler.accounted_as)
         return 2.0 / (scale * z) ** 2
-
-    def is_gaussian(self, setup: Setup) -> bool:
-        """Every step a plain Gaussian view (the user level, or the example level's whole local set):
-        no sampling to amplify, so T steps compose into one Gaussian."""
-        return gradient_schedule(setup)[3].name == "full"
 
     def epsilon_of_slope(self, setup: Setup) -> tuple[Callable[[float], float], str]:
         """The run's epsilon at the worst node as a function of its per-step slope, and the method's name:
         the headline's (exact) for Gaussian steps; decpriv's RDP for sampled ones (a PLD a point is slow)."""
         steps, rates, scale, sampler = gradient_schedule(setup)
-        if self.is_gaussian(setup):
+        if plain_gaussian(sampler):
 
             def exact(slope: float) -> float:
                 return gaussian_dp_epsilon(math.sqrt(2 * steps * slope), self.delta)
@@ -218,32 +218,14 @@ class SecLDPAccountant(Accountant):
     def node_epsilons(self, setup: Setup, slopes: np.ndarray) -> tuple[dict, dict]:
         """privacy.csv's per-node columns and the summary's method keys, for the run's privacy unit."""
         steps, rates, scale, sampler = gradient_schedule(setup)
-        if self.is_gaussian(setup):
+        if plain_gaussian(sampler):
             return self.gaussian_views(slopes, steps)
         multipliers = np.sqrt(2.0 / slopes) / scale
-        pairs, inverse = np.unique(np.stack([rates, multipliers]), axis=1, return_inverse=True)
         sizes = setup.local.counts.numpy()
-        first = [int(np.flatnonzero(inverse == k)[0]) for k in range(pairs.shape[1])]
-        found = [
-            three_ways(sampler.accounted_as, q, z, steps, int(sizes[i]), self.delta)
-            for (q, z), i in zip(pairs.T, first, strict=True)
-        ]
-        own, order, library, pld = (np.array(column)[inverse] for column in zip(*found, strict=True))
-        tightest = np.fmin(own, pld)  # PLD is NaN where dp-accounting has no event for the sampler
-        columns = {
-            "epsilon": tightest,
-            "epsilon_method": np.where(pld < own, PLD_METHOD, RDP_METHOD),
-            "alpha": order,
-            "epsilon_decpriv_rdp": own,
-            "epsilon_dp_accounting_rdp": library,
-            "epsilon_dp_accounting_pld": pld,
-            "sampling_rate": rates,
-            "noise_multiplier": multipliers,
-        }
-        worst = int(np.argmax(tightest))
-        summary = {"epsilon_method": str(columns["epsilon_method"][worst]), "accounted_sampler": sampler.name}
-        summary |= {key: float(np.max(columns[key])) for key in ALSO_SAMPLED}
-        return columns, summary | {"adjacency": sampler.adjacency}
+        columns = sampled_epsilons(sampler.accounted_as, rates, multipliers, steps, sizes, self.delta)
+        columns |= {"sampling_rate": rates, "noise_multiplier": multipliers}
+        summary = worst_of(columns) | {"accounted_sampler": sampler.name, "adjacency": sampler.adjacency}
+        return columns, summary
 
     def gaussian_views(self, slopes: np.ndarray, steps: int) -> tuple[dict, dict]:
         """User level: T adaptive Gaussian steps of slope c are one Gaussian view, mu = sqrt(2 T c) (Dong,
