@@ -42,6 +42,11 @@ class Mechanism:
     sampler: str = "fixed"
 
     @property
+    def at_level(self) -> str:
+        """`` at the example level`` where the noise protects examples, else nothing: for refusals."""
+        return " at the example level" if self.level == "example" else ""
+
+    @property
     def locally_private(self) -> bool:
         """Every message carries its own Gaussian noise on a clipped release that one user's data (user
         level) or one example (example level: the clipped sum) moves by at most 2C: the user level's

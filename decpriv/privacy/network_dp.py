@@ -124,11 +124,6 @@ def distance_figure(
     return fig
 
 
-def level_of(mechanism) -> str:
-    """`` at the example level`` where a gradient defense protects examples, else nothing."""
-    return " at the example level" if getattr(mechanism, "level", "user") == "example" else ""
-
-
 @checked("accountant")
 class NetworkDPAccountant(Accountant):
     """Pairwise Network DP of Muffliato gossip (``defense=muffliato protocol=gossip``) or of Muffliato-SGD
@@ -173,7 +168,7 @@ class NetworkDPAccountant(Accountant):
             self.name,
             "pairwise network DP covers noise added once to gossiped values (defense=muffliato with "
             "protocol=gossip) and user-level gradient noise on D-SGD (defense=ldp with protocol=dsgd), not "
-            f"defense={defense.name} with protocol={protocol.name}{level_of(mechanism)}",
+            f"defense={defense.name} with protocol={protocol.name}{mechanism.at_level if mechanism else ''}",
             "change the defense/protocol pair or the accountant",
         )
 

@@ -126,7 +126,7 @@ class AuditPlan:
 def refuse(audited: Audited, why: str) -> Exception:
     accountant = getattr(audited.accountant, "name", "none")
     mechanism = audited.defense.mechanism()
-    level = " at the example level" if getattr(mechanism, "level", "user") == "example" else ""
+    level = mechanism.at_level if mechanism is not None else ""
     return bad_value(
         "attack",
         "audit",
