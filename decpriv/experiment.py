@@ -25,7 +25,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv import zygote
+from decpriv import sandbox, zygote
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.attacks.base import Attack
@@ -98,10 +98,11 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
     refusals included) runs in a sealed process (:mod:`decpriv.seal`), never here; without it (the
     Python API's in-process experiments) it runs in this process, beside the data."""
     validate(cfg)
-    if sealed and isinstance(cfg.get("attack"), DictConfig):  # its imports overlap the build
-        zygote.warm(str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None)
-    seeds = Seeds(cfg.seed)
     device = resolve_device(cfg.device)
+    if sealed and isinstance(cfg.get("attack"), DictConfig):  # its imports overlap the build
+        module = str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None
+        zygote.warm(module, device.type == "cuda", int(cfg.sandbox.scratch_mib))
+    seeds = Seeds(cfg.seed)
     with errors_attributed_to("attack"):  # its module, constructor and pickling run before any data exists
         attack = build_plugin(cfg.attack) if cfg.get("attack") else None
         sealed_attack = sealable(attack)  # as built from its config, before any of its methods ran
@@ -260,16 +261,20 @@ def refuse_unfit(setup: Setup) -> None:
 def sealed_prepare(setup: Setup) -> Any:
     """The attack's ``prepare`` in a sealed process of its own, for its refusals before any folder exists:
     its plan comes back as plain data, and the process ends here (the run starts its own)."""
-    with seal_of(setup, hidden_folders(setup.cfg, None)) as sealed:
+    with seal_of(setup) as sealed:
         return sealed.prepare(setup.attack_context)
 
 
-def seal_of(setup: Setup, hide: tuple[str, ...] = ()) -> Sealed:
-    """A sealed process for the setup's attack, as it was built from its config; ``hide``: folders it
-    does not see (under the namespace seal)."""
+def seal_of(setup: Setup, folder: RunFolder | None = None) -> Sealed:
+    """A sealed process for the setup's attack, as it was built from its config, under the config's
+    ``sandbox`` limits, on the run's device where it can use it; refused where the run folder, decpriv's
+    cache or ``data.root`` would be visible inside its sandbox."""
     attack, streams = setup.attack, scoped(setup.seeds, "attack.")
     name = declared(attack, "name", "attack")
-    return Sealed(setup.sealed_attack, name, type(attack).__module__, streams, hide)
+    if zygote.seal_kind() == "bubblewrap":
+        sandbox.refuse_visible(hidden_folders(setup.cfg, folder))
+    limits = sandbox.Limits.of(setup.cfg.get("sandbox"))
+    return Sealed(setup.sealed_attack, name, type(attack).__module__, streams, limits, str(setup.device))
 
 
 def hidden_folders(cfg: DictConfig, folder: RunFolder | None) -> tuple[str, ...]:
@@ -500,7 +505,7 @@ def _pipeline(
         record_settled(cfg, setup, folder, config_columns)
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:
-            sealed = seal_of(setup, hidden_folders(cfg, folder))
+            sealed = seal_of(setup, folder)
         if early:
             with progress.phase(folder, "prepare", show_progress, sealed.name):
                 plan = sealed_plan(setup, sealed)
@@ -517,7 +522,8 @@ def _pipeline(
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
                 "attack_oracle": setup.oracle,
-                **({"seal": sealed.seal} if sealed is not None else {}),  # namespace | process
+                # bubblewrap | process, and the device the attack computed on
+                **({"seal": sealed.seal, "attack_device": sealed.device} if sealed is not None else {}),
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
@@ -636,6 +642,7 @@ def _attack_and_account(
         with progress.phase(folder, "evaluate", show_progress):
             report.merge(attack.evaluate(findings, truth, view))
             report.summary["attack_oracle"] = setup.oracle
+            report.summary["attack_device"] = sealed.device
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
             report.merge(setup.accountant.account(setup))

