@@ -215,9 +215,23 @@ def _deny(rules: Any, action: int, name: str) -> None:
         rules.add_rule(action, name)
 
 
+def filters() -> bool:
+    """Whether seccomp filters can be made here (libseccomp and its binding)."""
+    try:
+        import pyseccomp  # noqa: F401  (loads libseccomp)
+    except (ImportError, OSError):
+        return False
+    return True
+
+
 def no_new_processes() -> None:
     """A second filter, in the sealed child: fork, vfork and a clone without CLONE_THREAD answer EAGAIN
-    (as at a process limit), so it cannot start a process; threads still start."""
+    (as at a process limit), so it cannot start a process; threads still start. Without libseccomp (the
+    process seal only: bubblewrap's needs it) the process limit is RLIMIT_NPROC at one, which binds this
+    user's processes (not root's)."""
+    if not filters():
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+        return
     import pyseccomp as sc
 
     rules = sc.SyscallFilter(sc.ALLOW)

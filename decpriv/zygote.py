@@ -92,7 +92,8 @@ class Zygote:
         relay(self._process.stderr, "stderr")
 
     def fits(self, gpu: bool, scratch_mib: int) -> bool:
-        return self._process.poll() is None and (gpu, scratch_mib) == (self.gpu, self.scratch_mib)
+        wanted = (gpu, scratch_mib, seal_kind())
+        return self._process.poll() is None and wanted == (self.gpu, self.scratch_mib, self.seal)
 
     def preload(self, module: str) -> None:
         """Import the attack's module over there now (the first session then forks at once)."""
@@ -136,11 +137,12 @@ PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 
 
 def seal_kind() -> str:
-    """``bubblewrap`` where its sandbox starts here (checked once), else ``process``;
-    ``DECPRIV_SEAL=process`` asks for the weaker one."""
+    """``bubblewrap`` where its sandbox starts here (checked once: bwrap, libseccomp, user namespaces),
+    else ``process``; ``DECPRIV_SEAL=process`` asks for the weaker one."""
     if _kind:
         return _kind[0]
-    binary = sandbox.bwrap() if os.environ.get("DECPRIV_SEAL") != "process" else None
+    asked = os.environ.get("DECPRIV_SEAL") != "process"
+    binary = sandbox.bwrap() if asked and sandbox.filters() else None
     works = False
     if binary is not None:
         fd = sandbox.seccomp_file()
@@ -205,13 +207,16 @@ def serve(control_fd: int, seal: str, session: Callable[[socket.socket, sandbox.
             continue
         if os.fork() == 0:
             control.close()
-            warden(fds[0], fds[1], sandbox.Limits(**asked["limits"]), session)
+            warden(fds[0], fds[1], sandbox.Limits(**asked["limits"]), seal, session)
         for fd in fds:
             os.close(fd)
 
 
-def warden(session_fd: int, lifeline_fd: int, limits: sandbox.Limits, session: Callable) -> NoReturn:
-    """One session's keeper, a subreaper: it forks the sealed child (which takes its ``limits`` first),
+def warden(
+    session_fd: int, lifeline_fd: int, limits: sandbox.Limits, seal: str, session: Callable
+) -> NoReturn:
+    """One session's keeper, a subreaper: it forks the sealed child (which takes its ``limits`` first, and
+    under the process seal the sandbox's system-call filter),
     then waits for the pipeline to close the lifeline (the attack phase ended, or the pipeline died) or
     for the child to end, in which case it says how on the lifeline (``signal 24``, ``exit 0``); then it ends every process of the child's tree and answers ``\\0``."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -221,6 +226,8 @@ def warden(session_fd: int, lifeline_fd: int, limits: sandbox.Limits, session: C
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            if seal == "process" and sandbox.filters():  # bubblewrap loaded it for the whole sandbox
+                sandbox.system_calls().load()
             limits.apply()
             session(socket.socket(fileno=session_fd), limits)
         finally:

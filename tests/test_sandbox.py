@@ -255,3 +255,17 @@ def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeyp
     with pytest.raises(ConfigError, match=f"^{tmp_path}/plugins/run lies inside {tmp_path}/plugins, which"):
         sandbox.refuse_visible((str(tmp_path / "plugins" / "run"),))
     sandbox.refuse_visible((str(tmp_path / "data" / "run"),))
+
+
+def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch):
+    """Where bubblewrap cannot run: one line at the run's start, and run.json records the seal."""
+    monkeypatch.setattr(zygote, "_kind", ["process"])
+    try:
+        with pytest.warns(UserWarning, match="process seal .* reach the network and this terminal"):
+            found = escape(escape_conf / "run", "fork:2", "privileges")
+        assert json.loads((escape_conf / "run" / "run.json").read_text())["seal"] == "process"
+        assert found["fork:2"] == "0 started" or (not sandbox.filters() and os.geteuid() == 0)
+        assert "Seccomp=2" in found["privileges"] or not sandbox.filters()
+    finally:
+        monkeypatch.undo()
+        zygote.warm()  # back to this machine's seal for the next test
