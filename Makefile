@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench gpu-check lint format clean slurm
+.PHONY: run test test-slow bench gpu-check gpu-sandbox lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 GPU_PY ?= python3
 gpu-check:
 	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.gpu_check
+
+# On a GPU machine: does CUDA start in the attack's sandbox (and if not, which restriction stops it)
+gpu-sandbox:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.sandbox_cuda
 
 lint: $(STAMP)
 	$(BIN)/ruff check decpriv hydra_plugins tests benchmarks
