@@ -86,7 +86,8 @@ class Zygote:
             env=child_environment(self.seal),
             pass_fds=fds,
         )
-        for fd in fds:
+        theirs.close()
+        for fd in fds[1:]:  # the filter, read by bwrap
             os.close(fd)
         relay(self._process.stdout, "stdout")
         relay(self._process.stderr, "stderr")
