@@ -123,6 +123,11 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
             hint = near.replace("?", f".{rest}?")  # protocl.rounds: protocol.rounds?
         elif rest and not hint:  # a key of another option of the group: gossip_matrix.function is hook's
             hint = _option_with(head, rest)
+        if not hint and parent:  # a plain node's keys (sandbox.mem: sandbox's limits)
+            keys = _known_keys(key, overrides)
+            hint = (
+                f"{parent} has the keys {', '.join(k for k in keys if not k.startswith('_'))}" if keys else ""
+            )
     return f"{first} ({hint or '`decpriv list` shows the groups and options'})"
 
 

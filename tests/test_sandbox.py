@@ -241,6 +241,8 @@ def test_limits_are_refused_in_one_sentence():
         validate(cfg)
     with pytest.raises(ConfigError, match=r"sandbox\.cpu=1: the sandbox has no such limit; known keys"):
         sandbox.check({"cpu": 1})
+    done = run_cli("run", "sandbox.mem=1")
+    assert done.returncode == 2 and "(sandbox has the keys memory_gib, cpu_seconds," in done.stderr
 
 
 def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
