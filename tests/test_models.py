@@ -181,3 +181,33 @@ def test_binary_logistic_predicts_by_sign():
     assert model.predict(theta, x).tolist() == [[1, 0]]
     loss = model.loss(theta[0], x, torch.tensor([1, 0]))
     assert loss == pytest.approx(math.log1p(math.exp(-1.0)))
+
+
+def test_cross_entropy_gives_torchs_bits_and_imports_no_sympy():
+    """The models' cross-entropy equals F.cross_entropy bit for bit (hard and soft labels, values and
+    gradients, under vmap), without the decomposition whose check imports sympy (a second of a command)."""
+    import subprocess
+    import sys
+
+    import torch.nn.functional as F
+
+    from decpriv.models.functional import LOSSES
+
+    ours, theirs = LOSSES["cross_entropy"], lambda out, y: F.cross_entropy(out, y, reduction="none")
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 5, 10, generator=generator, dtype=torch.float64)
+    hard = torch.randint(0, 10, (4, 5), generator=generator)
+    soft = torch.softmax(torch.randn(4, 5, 10, generator=generator, dtype=torch.float64), -1)
+    for labels in (hard, soft):
+        for f in (lambda loss: loss, lambda loss: torch.func.grad(lambda o, y: loss(o, y).sum())):
+            assert torch.equal(
+                torch.func.vmap(f(ours))(logits, labels), torch.func.vmap(f(theirs))(logits, labels)
+            )
+    code = (
+        "import sys, torch; from decpriv.models.functional import LOSSES;"
+        "torch.func.vmap(LOSSES['cross_entropy'])(torch.randn(2, 3, 4), torch.zeros(2, 3, dtype=torch.long));"
+        "print('sympy' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    )
