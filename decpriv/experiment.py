@@ -506,6 +506,8 @@ def _pipeline(
         early = setup.attack is not None and acts_during_run(setup.attack)
         if setup.attack is not None:
             sealed = seal_of(setup, folder)
+            # bubblewrap | process, and the device the attack computes on: said by a failed run too
+            folder.meta.update(seal=sealed.seal, attack_device=sealed.device)
         if early:
             with progress.phase(folder, "prepare", show_progress, sealed.name):
                 plan = sealed_plan(setup, sealed)
@@ -522,8 +524,6 @@ def _pipeline(
                 "metrics": list(report.summary),
                 "attack": attack.name if attack is not None else "none",
                 "attack_oracle": setup.oracle,
-                # bubblewrap | process, and the device the attack computed on
-                **({"seal": sealed.seal, "attack_device": sealed.device} if sealed is not None else {}),
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},

@@ -21,12 +21,13 @@ import resource
 import shutil
 import site
 import sys
+import typing
 from contextlib import suppress
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
-from decpriv.config_types import Range, declared, refusal
+from decpriv.config_types import Range, declared, describe, refusal
 from decpriv.errors import ConfigError, bad_value
 
 GIB, MIB = 2**30, 2**20
@@ -79,8 +80,14 @@ def check(values: dict[str, Any]) -> None:
             raise error
 
 
-def defaults() -> dict[str, Any]:
-    return asdict(Limits())
+def described() -> str:
+    """``decpriv list sandbox``: each limit's key, default and what it accepts."""
+    hints = declared(Limits.__init__)
+    lines = ["sandbox: the sealed attack process's limits (docs/ARCHITECTURE.md, 'The seal')"]
+    for key, value in asdict(Limits()).items():
+        what = typing.get_args(hints[key])[1].what  # the Range's words
+        lines.append(f"  sandbox.{key}: {value}  ({describe(hints[key])}: {what})")
+    return "\n".join(lines)
 
 
 def bwrap() -> str | None:

@@ -42,10 +42,11 @@ from decpriv.errors import ConfigError
 
 THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
 PROCESS_SEAL = (
-    "the attack runs under the process seal (bubblewrap cannot start here): it holds no truth and no run "
-    "folder, but it can read and write what this user can, reach the network and this terminal, and see "
-    "other processes (docs/ARCHITECTURE.md, 'The seal')"
+    "the attack runs under the process seal ({why}): the truth stays out of its process, but it can read "
+    "and write what this user can, reach the network and this terminal, and see other processes "
+    "(docs/ARCHITECTURE.md, 'The seal')"
 )
+_said_process_seal: list[bool] = []  # once a process
 PLAIN = "numbers, strings, lists, tuples, dicts, numpy arrays, torch tensors, pandas frames"
 
 
@@ -93,8 +94,9 @@ class Sealed:
         gpu = torch.device(device).type == "cuda"
         processes = zygote.warm(module, gpu, self.limits.scratch_mib)
         self.seal = processes.seal  # bubblewrap | process, for run.json
-        if self.seal == "process":
-            warnings.warn(PROCESS_SEAL, stacklevel=2)
+        if self.seal == "process" and not _said_process_seal:
+            _said_process_seal.append(True)
+            warnings.warn(PROCESS_SEAL.format(why=zygote.why_process()), stacklevel=2)
         self._socket, self._lifeline = processes.session(module, self.limits)
         self._said = b""  # what the warden said on the lifeline (how the child ended)
         self._file = self._socket.makefile("rwb")
@@ -342,7 +344,8 @@ def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple)
         try:
             message: tuple = ("done", _serve(attack, state, method, args))
         except Exception as error:
-            message = ("error", type(error).__name__, _text(error) + _hint(error), traceback.format_exc())
+            said = " ".join(part for part in (_text(error), _hint(error).strip()) if part)
+            message = ("error", type(error).__name__, said, traceback.format_exc())
     kept = [(w.category.__name__, _text(w.message)) for w in caught]
     try:
         data = plain.dumps((*message, kept))
@@ -353,9 +356,15 @@ def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple)
 
 
 def _hint(error: Exception) -> str:
-    """A memory error names the limit it met (the child's own, :class:`decpriv.sandbox.Limits`)."""
-    if isinstance(error, MemoryError) and LIMITS:
+    """An error that a limit of the child's own (:class:`decpriv.sandbox.Limits`) may have caused names
+    it: out of memory (Python's or torch's allocator), a process that could not start."""
+    if not LIMITS:
+        return ""
+    text = _text(error)
+    if isinstance(error, MemoryError) or "can't allocate memory" in text:
         return f" (the attack process's memory limit, sandbox.memory_gib={LIMITS[0].memory_gib:g}; raise it)"
+    if isinstance(error, BlockingIOError) and not LIMITS[0].processes:
+        return " (if it was starting a process: the sandbox starts none, sandbox.processes=0; raise it)"
     return ""
 
 

@@ -50,6 +50,7 @@ def child_environment(seal: str) -> dict[str, str]:
     env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
     path = [str(Path(p or os.getcwd()).resolve()) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+    env["PYTHONUNBUFFERED"] = "1"  # the attack's prints reach the relay as they are made
     if seal == "bubblewrap":  # its home is its private /tmp (matplotlib's and fontconfig's caches)
         env["TMPDIR"] = env["HOME"] = "/tmp"
     elif "TMPDIR" in os.environ:
@@ -122,16 +123,24 @@ class Zygote:
 
 
 def relay(pipe: IO[bytes], name: str) -> None:
-    """Copy what the sandbox writes to ``pipe`` to this process's stream ``name``, line by line."""
+    """Copy what the sandbox writes to ``pipe`` to this process's stream ``name``, line by line, each
+    marked as the attack's and its control characters shown, not obeyed (no escape sequence of the
+    attack's reaches the user's terminal)."""
 
     def copy() -> None:
-        with suppress(OSError, ValueError):
-            for line in iter(pipe.readline, b""):
+        with suppress(OSError, ValueError):  # a chunk at a time: a last line without newline shows too
+            for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
+                lines = chunk.decode(errors="replace").removesuffix("\n").split("\n")
                 stream = getattr(sys, name)
-                stream.write(line.decode(errors="replace"))
+                stream.write("".join(f"attack| {shown(line)}\n" for line in lines))
                 stream.flush()
 
     threading.Thread(target=copy, name=f"decpriv-attack-{name}", daemon=True).start()
+
+
+def shown(text: str) -> str:
+    """``text`` with every control character but the tab written as its escape (``\\x1b``)."""
+    return "".join(c if c == "\t" or (c.isprintable() and c != "\x7f") else repr(c)[1:-1] for c in text)
 
 
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
@@ -145,6 +154,15 @@ def seal_kind() -> str:
     asked = os.environ.get("DECPRIV_SEAL") != "process"
     binary = sandbox.bwrap() if asked and sandbox.filters() else None
     works = False
+    _why[:] = [
+        "DECPRIV_SEAL=process asks for it"
+        if not asked
+        else "no bubblewrap here"
+        if sandbox.bwrap() is None
+        else "no libseccomp here"
+        if binary is None
+        else "bubblewrap cannot start here: no user namespaces?"
+    ]
     if binary is not None:
         fd = sandbox.seccomp_file()
         try:
@@ -160,6 +178,12 @@ def seal_kind() -> str:
 
 
 _kind: list[str] = []
+_why: list[str] = []
+
+
+def why_process() -> str:
+    """Why the process seal runs (for its warning)."""
+    return _why[0] if _why else "asked for"
 
 
 def _prctl(option: int, value: int) -> None:
@@ -226,12 +250,15 @@ def warden(
     if child == 0:
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
+        try:  # (its prints are flushed before its end below: os._exit skips that)
             if seal == "process" and sandbox.filters():  # bubblewrap loaded it for the whole sandbox
                 sandbox.system_calls().load()
             limits.apply()
             session(socket.socket(fileno=session_fd), limits)
         finally:
+            for stream in (sys.stdout, sys.stderr):
+                with suppress(Exception):
+                    stream.flush()
             os._exit(0)
     os.close(session_fd)
     lifeline = socket.socket(fileno=lifeline_fd)

@@ -14,6 +14,7 @@ import mmap
 import os
 import signal
 import socket
+import sys
 import termios
 from pathlib import Path
 
@@ -170,7 +171,22 @@ def end_the_group() -> str:
     return "survived"
 
 
+def chatter() -> str:
+    """Print as an attack author may: a line with a terminal escape (red, then a window title), and on
+    standard error a last line without its newline."""
+    print("attack says \x1b[31mred\x1b]0;TITLE\x07")
+    sys.stderr.write("no newline")
+    return "printed"
+
+
+def allocate(gib: float) -> str:
+    """Allocate ``gib`` GiB with torch's allocator, not catching its error."""
+    return f"ok {torch.ones(int(gib * 2**30), dtype=torch.uint8).numel()}"
+
+
 WAYS = {
+    "print": lambda target: chatter(),
+    "allocate": lambda target: allocate(float(target)),
     "privileges": lambda target: privileges(),
     "unmount": unmount,
     "remount": remount_writable,

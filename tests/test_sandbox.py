@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -204,10 +205,30 @@ def test_processes_and_memory_are_bounded(escape_conf):
 
 
 @sealed
-def test_cpu_time_is_bounded_and_said(escape_conf):
+def test_cpu_time_and_memory_are_bounded_and_said(escape_conf):
+    """A limit met ends the run failed, naming the key to raise; run.json still says what sealed it."""
     with pytest.raises(RuntimeError, match=r"it used its CPU time \(sandbox\.cpu_seconds=1\); raise"):
         escape(escape_conf / "run", "spin", more=("sandbox.cpu_seconds=1",))
-    assert status(escape_conf / "run") == "failed"
+    meta = json.loads((escape_conf / "run" / "run.json").read_text())
+    assert meta["status"] == "failed" and meta["seal"] == "bubblewrap" and meta["attack_device"] == "cpu"
+    with pytest.raises(
+        RuntimeError, match=r"can't allocate memory.*\(the attack process's memory limit, sandbox"
+    ):
+        escape(escape_conf / "again", "allocate:3", more=("sandbox.memory_gib=2",))
+
+
+@sealed
+def test_what_the_attack_prints_is_relayed_marked_and_inert(escape_conf, capsys):
+    """Each line marked as the attack's, its escape sequences shown not obeyed, the last line kept."""
+    escape(escape_conf / "run", "print")
+    deadline = time.time() + 5
+    out, err = capsys.readouterr()
+    while "no newline" not in err and time.time() < deadline:  # the relay runs beside the pipeline
+        time.sleep(0.05)
+        more = capsys.readouterr()
+        out, err = out + more.out, err + more.err
+    assert "attack| attack says \\x1b[31mred\\x1b]0;TITLE\\x07\n" in out and "\x1b" not in out
+    assert "attack| no newline\n" in err
 
 
 @sealed
@@ -243,6 +264,8 @@ def test_limits_are_refused_in_one_sentence():
         sandbox.check({"cpu": 1})
     done = run_cli("run", "sandbox.mem=1")
     assert done.returncode == 2 and "(sandbox has the keys memory_gib, cpu_seconds," in done.stderr
+    listed = run_cli("list", "sandbox").stdout
+    assert "sandbox.memory_gib: 8.0  (float > 0: the attack process's memory (GiB))" in listed
 
 
 def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
@@ -257,6 +280,11 @@ def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeyp
     with pytest.raises(ConfigError, match=f"^{tmp_path}/plugins/run lies inside {tmp_path}/plugins, which"):
         sandbox.refuse_visible((str(tmp_path / "plugins" / "run"),))
     sandbox.refuse_visible((str(tmp_path / "data" / "run"),))
+    if zygote.seal_kind() == "bubblewrap":  # from the command line: before any folder exists
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+        done = run_cli("run", "hydra.run.dir=plugins/run", cwd=tmp_path)
+        assert done.returncode == 2 and "lies inside" in done.stderr
+        assert not (tmp_path / "plugins" / "run").exists()
 
 
 def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch):

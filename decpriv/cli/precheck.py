@@ -155,6 +155,8 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
+    if cfg.get("attack") is not None:
+        refuse_visible_output(hydra, multirun)
     if multirun:
         from decpriv.report.grid import sweep_plan, sweeper_params, with_params
 
@@ -177,6 +179,20 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
         plan.digests = [check_job(cfg, choices, overrides, True)]
         plan.digests += [check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:]]
     return plan
+
+
+def refuse_visible_output(hydra: DictConfig, multirun: bool) -> None:
+    """The run (or sweep) folder must not lie inside what the attack's sandbox binds (a folder of modules
+    on the import path): refused now, before any folder exists."""
+    from decpriv import sandbox, zygote
+
+    if zygote.seal_kind() != "bubblewrap":
+        return
+    try:
+        folder = str(hydra.sweep.dir if multirun else hydra.run.dir)
+    except Exception:  # an interpolation only the launch resolves: checked when the run starts
+        return
+    sandbox.refuse_visible((str(Path(folder).resolve()),))
 
 
 def check_launcher(launcher: DictConfig) -> None:

@@ -11,6 +11,11 @@ def list_command(ns: argparse.Namespace, console: Console) -> int:
     from decpriv.api import did_you_mean
     from decpriv.report.show import config_options, print_groups
 
+    if ns.groups == ["sandbox"]:  # not a group: the attack process's limits (config.yaml's sandbox)
+        from decpriv.sandbox import described
+
+        console.print(described(), highlight=False)
+        return 0
     groups = sorted({group for group, _, _ in config_options()})
     unknown = [g for g in ns.groups if g not in groups]
     if unknown:
