@@ -135,12 +135,18 @@ def read_tree(stream: Any) -> Any:
     except (NotPlain, EOFError):
         raise
     except Exception as error:  # an empty stack, a bad index, bad UTF-8, an append to a tuple ...
-        raise NotPlain(f"stream that is not a pickle of primitives ({type(error).__name__}: {error})") from None
+        raise NotPlain(
+            f"stream that is not a pickle of primitives ({type(error).__name__}: {error})"
+        ) from None
     nodes, size = measure(tree)
     if nodes > MAX_NODES:
-        raise NotPlain(f"value of {nodes} parts (shared ones counted at each use), past the {MAX_NODES} allowed")
+        raise NotPlain(
+            f"value of {nodes} parts (shared ones counted at each use), past the {MAX_NODES} allowed"
+        )
     if size > max_bytes():
-        raise NotPlain(f"value of {size} bytes (shared ones counted at each use), past the {max_bytes()} allowed")
+        raise NotPlain(
+            f"value of {size} bytes (shared ones counted at each use), past the {max_bytes()} allowed"
+        )
     return tree
 
 
@@ -157,7 +163,9 @@ def _run(source: _Stream) -> Any:
         what, layout = OPCODES[code]
         if what == "stop":
             if len(stack) != 1 or marks:
-                raise NotPlain("stream that is not a pickle of primitives (STOP with a stack of another size)")
+                raise NotPlain(
+                    "stream that is not a pickle of primitives (STOP with a stack of another size)"
+                )
             return stack[0]
         made += what not in ("proto", "frame")
         if made > MAX_NODES:
@@ -213,7 +221,9 @@ def _structure(what: str, argument: Any, stack: list, marks: list[int], memo: di
         memo[argument] = _above_mark(stack, marks, 1)[0]
     else:  # get
         if argument not in memo:
-            raise NotPlain(f"stream that is not a pickle of primitives (memo {argument} read before it was set)")
+            raise NotPlain(
+                f"stream that is not a pickle of primitives (memo {argument} read before it was set)"
+            )
         stack.append(memo[argument])
 
 
