@@ -19,10 +19,15 @@ from decpriv.report.findings import Findings
 FILLS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
-def dag_bomb(levels: int = 67) -> bytes:
-    """272 bytes whose memo makes each level a tuple holding the previous one twice (MEMOIZE, then GET of
-    what was just memoized, TUPLE2): a tree of 2**68 - 1 values for whoever walks it."""
-    return b"\x80\x05)" + b"".join(b"\x94h" + bytes([i]) + b"\x86" for i in range(levels)) + b"."
+def dag_bomb(levels: int = 22) -> bytes:
+    """About 270 bytes whose memo makes each level a tagged tuple ``("list", [previous, previous])``, the
+    previous level read twice by memo GET: a tree of 2**levels lists for whoever walks it (the decoder
+    before issue 45 spun on it, growing to gigabytes)."""
+    out = bytearray(b"\x80\x05\x8c\x04list\x940N")  # memo 0: the tag; the innermost value: None
+    for level in range(levels):
+        held = bytes([level + 1])  # the previous level, memoized then popped, read back twice
+        out += b"\x940h\x00](h" + held + b"h" + held + b"e\x86"
+    return bytes(out + b".")
 
 
 def deep_nesting(depth: int = 100_000) -> bytes:
@@ -30,7 +35,7 @@ def deep_nesting(depth: int = 100_000) -> bytes:
     return b"\x80\x05" + b"]" * depth + b"a" * (depth - 1) + b"."
 
 
-def declared_length(length: int = 6 << 30) -> bytes:
+def declared_length(length: int = 1 << 40) -> bytes:
     """BINBYTES8 declaring ``length`` bytes, none of which follow: Python's unpickler allocates them first."""
     return b"\x80\x05\x8e" + length.to_bytes(8, "little")
 
