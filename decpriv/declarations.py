@@ -67,10 +67,10 @@ def _stored() -> dict[str, Declaration]:
         if path.stat().st_size > RECORD_BYTES:
             return _refused(path, f"{path.stat().st_size} bytes, past the {RECORD_BYTES} a record takes")
         saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):  # missing or unreadable: start afresh
+    except OSError:  # missing or unreadable: start afresh
         return {}
-    except (ValueError, RecursionError) as error:
-        return _refused(path, f"it is not JSON ({error})")
+    except (ValueError, RecursionError) as error:  # bad UTF-8 included
+        return _refused(path, f"it is not JSON ({str(error)[:80]})")
     if type(saved) is not dict or saved.get("stamp") != stamp():  # another version's: start afresh
         return {}
     try:

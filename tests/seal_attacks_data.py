@@ -16,7 +16,11 @@ from decpriv.attacks.knowledge.attack import KnowledgeMatrix
 from decpriv.attacks.p2p.mia import MembershipInference
 from decpriv.report.findings import Findings
 
-FILLS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+FILLS = {
+    "nans": float("nan"),
+    "infs": float("inf"),
+    "negative_infs": float("-inf"),
+}  # config words: nan is a float
 
 
 def dag_bomb(levels: int = 22) -> bytes:
@@ -77,7 +81,7 @@ class Bomb(Attack):
 class NonFiniteMembership(MembershipInference):
     """decpriv's membership attack, every tested model replaced by NaN (or inf): the data of a fake."""
 
-    def __init__(self, fill: str = "nan", **options):
+    def __init__(self, fill: str = "nans", **options):
         super().__init__(**options)
         self.fill = fill
 
@@ -90,7 +94,7 @@ class NonFiniteMembership(MembershipInference):
 class NonFiniteInversion(GradientInversion):
     """Gradient inversion whose every reconstruction is NaN (or inf)."""
 
-    def __init__(self, fill: str = "nan", **options):
+    def __init__(self, fill: str = "nans", **options):
         super().__init__(**options)
         self.fill = fill
 
@@ -104,7 +108,7 @@ class NonFiniteInversion(GradientInversion):
 class NonFiniteKnowledge(KnowledgeMatrix):
     """The knowledge-matrix attack with every recovered value NaN (or inf), each still claimed recovered."""
 
-    def __init__(self, fill: str = "nan", **options):
+    def __init__(self, fill: str = "nans", **options):
         super().__init__(**options)
         self.fill = fill
 
