@@ -29,7 +29,8 @@ class NotPlain(TypeError):
         self.kind = kind
 
 
-MAX_NODES = 4_000_000  # values in the walked tree (a findings table is a few hundred: its columns are bytes)
+MAX_NODES = 2_000_000  # values in the walked tree (a findings table is a few hundred: its columns are bytes);
+# each opcode makes at most one, so reading holds at most ~200 MB of Python objects whatever is sent
 MAX_DEPTH = 100  # nesting levels (decpriv's own results nest about 12 deep; build recurses 3 frames a level)
 MAX_LONG = 1024  # bytes of one integer (a 2**8192 bound: decpriv's results hold machine integers)
 CHUNK = 1 << 24  # bytes read at once: a declared length is never allocated before it arrives

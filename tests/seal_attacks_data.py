@@ -34,7 +34,7 @@ def dag_bomb(levels: int = 22) -> bytes:
     return bytes(out + b".")
 
 
-def deep_nesting(depth: int = 100_000) -> bytes:
+def deep_nesting(depth: int = 10_000) -> bytes:
     """A list inside a list ``depth`` times: 2 bytes a level, deeper than any recursion limit."""
     return b"\x80\x05" + b"]" * depth + b"a" * (depth - 1) + b"."
 

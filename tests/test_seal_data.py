@@ -46,8 +46,8 @@ def python_unpickles_under(limit: int, payload: bytes) -> subprocess.CompletedPr
 
 
 def test_the_payloads_overwhelm_an_unbudgeted_decoder(monkeypatch):
-    """The control: 276 bytes stand for a tree of 4 million lists, each built by an unbudgeted walk; a 100 000-deep nesting passes Python's
-    unpickler; 9 and 11 bytes make Python's unpickler ask for more than 1 GiB."""
+    """The control: 276 bytes stand for a tree of 4 million lists, each built by an unbudgeted walk; a
+    10 000-deep nesting passes Python's unpickler; 9 and 11 bytes make it ask for more than 1 GiB."""
     bomb = hostile.dag_bomb()
     assert len(bomb) == 276
     calls = 0
@@ -67,7 +67,7 @@ def test_the_payloads_overwhelm_an_unbudgeted_decoder(monkeypatch):
     deep, depth = pickle.loads(hostile.deep_nesting()), 0
     while deep:
         deep, depth = deep[0], depth + 1
-    assert depth == 99_999 > sys.getrecursionlimit()
+    assert depth == 9_999 > sys.getrecursionlimit()
     for payload in (hostile.memo_index(), hostile.declared_length()):
         done = python_unpickles_under(1 << 30, payload)
         assert done.returncode == 1 and b"MemoryError" in done.stderr, done.stderr[-300:]
@@ -76,7 +76,7 @@ def test_the_payloads_overwhelm_an_unbudgeted_decoder(monkeypatch):
 @pytest.mark.parametrize(
     ("payload", "named"),
     [
-        ("dag", "value of 16777213 parts .shared ones counted at each use., past the 4000000"),
+        ("dag", "value of 16777213 parts .shared ones counted at each use., past the 2000000"),
         ("deep", "value nested more than 100 deep"),
         ("length", "value declaring 1099511627776 bytes, past the"),
     ],
@@ -109,14 +109,12 @@ def bomb_conf(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize(
-    ("payload", "named"), [("dag", "parts .shared ones counted at each use."), ("length", "declaring")]
-)
-def test_a_bomb_from_the_sealed_process_fails_the_run_in_one_sentence(bomb_conf, payload, named):
+def test_a_bomb_from_the_sealed_process_fails_the_run_in_one_sentence(bomb_conf):
     before = peak_rss_mb()
     began = time.perf_counter()
-    with pytest.raises(NotPlainResult, match=f"^attack=bomb: its run returned a value .*{named}") as raised:
-        api.run(["attack=bomb", f"attack.payload={payload}", *SMALL], out_dir="run")
+    sentence = "^attack=bomb: its run returned a value of 16777213 parts .shared ones counted at each use."
+    with pytest.raises(NotPlainResult, match=sentence) as raised:
+        api.run(["attack=bomb", *SMALL], out_dir="run")
     assert "\n" not in str(raised.value) and time.perf_counter() - began < 10
     assert peak_rss_mb() - before < 100
     assert json.loads((bomb_conf / "run" / "run.json").read_text())["status"] == "failed"
