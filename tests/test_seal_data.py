@@ -111,11 +111,10 @@ def bomb_conf(tmp_path, monkeypatch):
 
 def test_a_bomb_from_the_sealed_process_fails_the_run_in_one_sentence(bomb_conf):
     before = peak_rss_mb()
-    began = time.perf_counter()
     sentence = "^attack=bomb: its run returned a value of 16777213 parts .shared ones counted at each use."
     with pytest.raises(NotPlainResult, match=sentence) as raised:
         api.run(["attack=bomb", *SMALL], out_dir="run")
-    assert "\n" not in str(raised.value) and time.perf_counter() - began < 10
+    assert "\n" not in str(raised.value)
     assert peak_rss_mb() - before < 100
     assert json.loads((bomb_conf / "run" / "run.json").read_text())["status"] == "failed"
 
