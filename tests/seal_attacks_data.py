@@ -13,6 +13,7 @@ import torch
 from decpriv.attacks.base import Attack
 from decpriv.attacks.centralized import GradientInversion
 from decpriv.attacks.knowledge.attack import KnowledgeMatrix
+from decpriv.attacks.p2p.echo import Echo
 from decpriv.attacks.p2p.mia import MembershipInference
 from decpriv.report.findings import Findings
 
@@ -115,4 +116,17 @@ class NonFiniteKnowledge(KnowledgeMatrix):
     def run(self, view):
         found = super().run(view)
         found.values = np.full_like(np.asarray(found.values, dtype=float), FILLS[self.fill])
+        return found
+
+
+class NonFiniteEcho(Echo):
+    """The echo attack with every watched node's model NaN (or inf)."""
+
+    def __init__(self, fill: str = "nans", **options):
+        super().__init__(**options)
+        self.fill = fill
+
+    def run(self, view):
+        found = super().run(view)
+        found.targets.models = torch.full_like(found.targets.models, FILLS[self.fill])
         return found

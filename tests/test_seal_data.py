@@ -285,6 +285,21 @@ def test_non_finite_scores_tie_at_chance_and_finite_ones_score_as_before():
     assert out["auc"][3:, 0].tolist() == [1.0, 1.0] and out["advantage"][3, 0] == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # an active attack's run: ~5 s more on the loaded 2 cores
+def test_non_finite_echo_models_have_no_accuracy(tmp_path, monkeypatch):
+    """Refused models have no argmax: a NaN model would predict class 0 for all, and a victim holding
+    mostly class 0 would show a large train - test gap, the echo's success."""
+    monkeypatch.chdir(tmp_path)
+    fake = ["attack=echo", "attack._target_=seal_attacks_data.NonFiniteEcho", "+attack.fill=nans"]
+    result = api.run([*fake, "topology=torus", "topology.n=9", "adversary.nodes=[0]", *SMALL], out_dir="run")
+    summary, table = result.summary, result.tables["echo"]
+    assert table.local_generalisation_error.isna().all() and summary.echo_victim_mia_advantage == 0.0
+    assert summary.verdict.endswith(
+        f"{len(table)} of {len(table)} tested model(s) hold NaN or inf: refused (no accuracy, MIA at chance), "
+        "a failure of the attack."
+    )
+
+
 def dark_truth() -> SimpleNamespace:
     """One victim holding one all-black 8x8 image; the held-out set's mean is mid-grey."""
     x = torch.zeros(1, 1, 1, 8, 8)
