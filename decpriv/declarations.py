@@ -2,21 +2,32 @@
 
 :mod:`decpriv.validation` reads a key's declaration from the signature of the callable its ``_target_``
 names, which means importing the plugin's module, and with it torch (seconds). The declarations found
-are pickled here (``$XDG_CACHE_HOME/decpriv/declarations.pickle``) under a stamp of decpriv's sources
-(each module's path, size and modification time), so the next command line's check reads them without
-importing anything: ``decpriv run protocol.lr=-1`` is refused in the time Hydra takes to compose. A stale
-or missing record only means the slow path: the plugin is imported and checked as before.
+are written here as JSON (``$XDG_CACHE_HOME/decpriv/declarations.json``) under a stamp of decpriv's
+sources (each module's path, size and modification time), so the next command line's check reads them
+without importing anything: ``decpriv run protocol.lr=-1`` is refused in the time Hydra takes to compose.
+A stale or missing record only means the slow path: the plugin is imported and checked as before.
+
+The record is data, never code: the user's cache is writable by anything the user runs, so it is read
+as JSON and each annotation rebuilt from an allow-list of names (:data:`TYPES`; typing's Literal, Union,
+Annotated, generic aliases, :class:`~decpriv.config_types.Range`), nothing imported or called by name.
+A record that does not read so is refused in one warning and rebuilt. (An older decpriv's
+``declarations.pickle`` is never read.)
 """
 
 import contextlib
 import hashlib
+import inspect
+import json
+import operator
 import os
-import pickle
 import typing
-from dataclasses import dataclass
-from functools import cache
+import warnings
+from dataclasses import asdict, dataclass, fields
+from functools import cache, reduce
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from decpriv.config_types import Range
 
 SOURCES = Path(__file__).parent
 
@@ -33,7 +44,7 @@ class Declaration:
 
 def cache_file() -> Path:
     root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "decpriv" / "declarations.pickle"
+    return Path(root) / "decpriv" / "declarations.json"
 
 
 @cache
@@ -46,12 +57,34 @@ def stamp() -> str:
     return digest.hexdigest()
 
 
+RECORD_BYTES = 1 << 22  # the record of every packaged plugin is about 40 kB
+
+
 @cache
 def _stored() -> dict[str, Declaration]:
-    with contextlib.suppress(Exception):  # missing, unreadable or from another version: start afresh
-        saved = pickle.loads(cache_file().read_bytes())
-        if saved.get("stamp") == stamp():
-            return saved["declarations"]
+    path = cache_file()
+    try:
+        if path.stat().st_size > RECORD_BYTES:
+            return _refused(path, f"{path.stat().st_size} bytes, past the {RECORD_BYTES} a record takes")
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:  # missing or unreadable: start afresh
+        return {}
+    except (ValueError, RecursionError) as error:  # bad UTF-8 included
+        return _refused(path, f"it is not JSON ({str(error)[:80]})")
+    if type(saved) is not dict or saved.get("stamp") != stamp():  # another version's: start afresh
+        return {}
+    try:
+        return {target: _declaration(found) for target, found in saved["declarations"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
+        return _refused(path, f"{type(error).__name__}: {error}")
+
+
+def _refused(path: Path, why: str) -> dict[str, Declaration]:
+    warnings.warn(
+        f"decpriv's record of plugin declarations {path} does not read as one ({why[:200]}): it is ignored "
+        "and rebuilt; nothing in it was run",
+        stacklevel=3,
+    )
     return {}
 
 
@@ -60,29 +93,104 @@ def known(target: str) -> Declaration | None:
     return _stored().get(target)
 
 
-PLAIN = {"builtins", "typing", "types", "collections.abc", "decpriv.config_types", "inspect"}
 UNRECORDED = "unrecorded"  # a key whose declaration names a class that would load torch: left to the build
 
+# the only names an annotation in the record may use: builtins types, typing's forms and decpriv's Range
+TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": bool,
+    "None": type(None),
+    "list": list,
+    "tuple": tuple,
+    "dict": dict,
+    "Any": Any,
+    "empty": inspect.Parameter.empty,
+    "...": ...,
+}
+NAMES = {id(kind): name for name, kind in TYPES.items()}
+VALUES = (str, int, float, bool, type(None))  # a Literal's choices, an Annotated's plain metadata
 
-def _plain(annotation: Any) -> bool:
-    """Whether ``annotation`` is built of types that load nothing (int, Literal, Range ...): a
-    declaration naming a tensor or a network would import torch when read back."""
-    for part in (annotation, *getattr(annotation, "__metadata__", ()), *typing.get_args(annotation)):
-        if part is annotation:
-            origin = typing.get_origin(annotation) or annotation
-            if getattr(origin, "__module__", "builtins") not in PLAIN and not isinstance(
-                origin, str | int | float
-            ):
-                return False
-        elif not isinstance(part, str | int | float | bool | type(None)) and not _plain(part):
-            return False
-    return True
+
+def encoded(annotation: Any) -> Any:
+    """``annotation`` as JSON data, or None when it names anything outside :data:`TYPES` (a tensor, a
+    network: reading it back would import torch)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return {"literal": list(args)} if all(type(a) in VALUES for a in args) else None
+    if origin is Annotated:
+        meta = [{"range": asdict(m)} if type(m) is Range else {"value": m} for m in annotation.__metadata__]
+        values = [v for m in meta for v in (m["range"].values() if "range" in m else [m["value"]])]
+        ok = all(type(m) in (Range, *VALUES) for m in annotation.__metadata__)
+        ok = ok and all(type(v) in VALUES for v in values)
+        base = encoded(args[0])
+        return {"annotated": base, "metadata": meta} if ok and base is not None else None
+    if origin in (typing.Union, types_union()) or (origin is not None and id(origin) in NAMES):
+        parts = [encoded(a) for a in args]
+        kind = "union" if origin in (typing.Union, types_union()) else NAMES[id(origin)]
+        return None if None in parts else {"of": kind, "args": parts}
+    if id(annotation) in NAMES and TYPES[NAMES[id(annotation)]] is annotation:
+        return NAMES[id(annotation)]
+    return None
+
+
+def types_union() -> type:
+    return type(int | None)
+
+
+def decoded(data: Any) -> Any:
+    """The annotation ``data`` stands for, built from :data:`TYPES` only (ValueError when it names
+    anything else)."""
+    if type(data) is str:
+        if data not in TYPES:
+            raise ValueError(f"an annotation names {data[:40]!r}")
+        return TYPES[data]
+    if type(data) is not dict:
+        raise ValueError(f"an annotation of type {type(data).__name__}")
+    if "literal" in data:
+        if any(type(a) not in VALUES for a in data["literal"]):
+            raise ValueError("a Literal of other than plain values")
+        return Literal[tuple(data["literal"])]
+    if "annotated" in data:
+        meta = [_metadata(m) for m in data["metadata"]]
+        return Annotated[(decoded(data["annotated"]), *meta)]
+    args = tuple(decoded(a) for a in data["args"])
+    if data["of"] == "union":
+        return reduce(operator.or_, args)
+    return decoded(data["of"])[args]
+
+
+def _metadata(data: dict) -> Any:
+    if "range" in data:
+        known = {f.name for f in fields(Range)}
+        values = data["range"]
+        if set(values) - known or any(type(v) not in VALUES for v in values.values()):
+            raise ValueError("a Range with other fields")
+        return Range(**values)
+    if type(data["value"]) not in VALUES:
+        raise ValueError("metadata that is not a plain value")
+    return data["value"]
 
 
 def recordable(found: Declaration) -> Declaration:
     """``found`` with each key that names a heavy class marked :data:`UNRECORDED`."""
-    params = {k: a if _plain(a) else UNRECORDED for k, a in found.params.items()}
+    params = {
+        k: a if a == UNRECORDED or encoded(a) is not None else UNRECORDED for k, a in found.params.items()
+    }
     return Declaration(found.name, params, found.takes_kwargs)
+
+
+def _record(found: Declaration) -> dict[str, Any]:
+    params = {k: None if a == UNRECORDED else encoded(a) for k, a in found.params.items()}
+    return {"name": found.name, "params": params, "takes_kwargs": found.takes_kwargs}
+
+
+def _declaration(data: dict[str, Any]) -> Declaration:
+    if type(data["name"]) is not str or type(data["takes_kwargs"]) is not bool:
+        raise ValueError("a declaration of another form")
+    params = {str(k): UNRECORDED if a is None else decoded(a) for k, a in data["params"].items()}
+    return Declaration(data["name"], params, data["takes_kwargs"])
 
 
 def remember(found: dict[str, Declaration]) -> None:
@@ -97,5 +205,6 @@ def remember(found: dict[str, Declaration]) -> None:
         path = cache_file()
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_bytes(pickle.dumps({"stamp": stamp(), "declarations": _stored()}))
+        record = {t: _record(d) for t, d in _stored().items()}
+        temporary.write_text(json.dumps({"stamp": stamp(), "declarations": record}), encoding="utf-8")
         temporary.replace(path)

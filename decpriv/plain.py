@@ -2,8 +2,9 @@
 
 The sealed side turns a result into a tree of primitives (:func:`flatten`): numbers, strings, bytes and
 tuples/lists of them, each value tagged with its kind (a tensor is its dtype, shape, device and bytes).
-The pipeline reads that tree with an unpickler that resolves no global at all (:class:`Primitives`: no
-class, no function, so unpickling runs no code and sets no attribute), then builds from it only plain
+The pipeline reads that tree with a budget (:mod:`decpriv.primitives`: opcodes for primitives only, so no
+class or function is ever looked up and reading runs no code; the tree as it will be walked, shared parts
+counted at each use, bounded in parts, depth and bytes), then builds from it only plain
 data (:func:`build`): numbers, strings, containers, numpy arrays, torch tensors of the base class (on the
 device they came from), pandas frames, series and indexes, and decpriv's own declared result types (its
 dataclasses, named tuples and enums, built through their constructors). A tensor subclass, a list
@@ -22,16 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from decpriv.primitives import NotPlain, read_tree
+
 PRIMITIVE = (type(None), bool, int, float, str, bytes)
 CONTAINERS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
-
-
-class NotPlain(TypeError):
-    """A value that is not plain data; ``kind`` names its type (or the tag of a hand-made tree)."""
-
-    def __init__(self, kind: str):
-        super().__init__(kind)
-        self.kind = kind
 
 
 def type_name(value: Any) -> str:
@@ -44,30 +39,14 @@ def dumps(value: Any) -> bytes:
     return pickle.dumps(flatten(value), pickle.HIGHEST_PROTOCOL)
 
 
-class Primitives(pickle.Unpickler):
-    """An unpickler that resolves no global and no persistent id: only None, booleans, numbers, strings,
-    bytes, lists, tuples, dicts and sets can come out of it, and no code runs while it reads."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise NotPlain(f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise NotPlain("a persistent id")
-
-
 def load(stream: io.BufferedIOBase) -> Any:
     """The pipeline's side: the next message on ``stream``, built as plain data (raises :class:`NotPlain`,
-    EOFError at the end of the stream)."""
-    try:
-        tree = Primitives(stream).load()
-    except (pickle.UnpicklingError, ValueError, IndexError, KeyError, OverflowError, MemoryError) as error:
-        raise NotPlain(f"a stream that is not a pickle of primitives ({error})") from None
+    EOFError when the stream ends before the message does)."""
+    tree = read_tree(stream)
     try:
         return build(tree)
     except NotPlain:
         raise
-    except (RecursionError, MemoryError):
-        raise NotPlain("a value nested too deep or too large") from None
     except Exception as error:  # a malformed tree: a tag with the wrong fields
         raise NotPlain(f"a malformed value ({type(error).__name__}: {error})") from None
 

@@ -39,6 +39,7 @@ from decpriv.attacks.inversion.scoring import (
     image_summary,
     reconstruction_grid,
     score_batches,
+    undefined_words,
 )
 from decpriv.config_types import Range, checked
 from decpriv.errors import bad_value
@@ -338,6 +339,7 @@ class GradientInversion(Attack):
             )
         else:
             recovered = f"mean L2 error {summary['attack_l2_error']:.3g} (no image baseline for this data)"
+            recovered += undefined_words(int((~table["defined"]).sum()))
         labels = (
             "labels not recovered by the closed form"
             if self.analytic

@@ -211,8 +211,9 @@ class Audit(Attack):
 
     def evaluate(self, findings: pd.DataFrame, truth: Truth, view: View) -> Findings:
         seconds = float(findings.seconds.iloc[0])
-        table = keyed(findings.drop(columns="seconds"), "source", "observer")
+        table = keyed(refuse_nonfinite(findings.drop(columns="seconds")), "source", "observer")
         summary = {
+            "audit_nonfinite_pairs": int((~table.finite).sum()),
             "audit_trials": self.trials,
             "audit_fit_trials": self.fit_trials,
             "audit_pairs": len(table),
@@ -225,3 +226,16 @@ class Audit(Attack):
     def reconcile(self, report: Findings, plan: AuditPlan) -> None:
         """After accounting: the accountant's value beside each bound; fails the run on a violation."""
         reconcile(report, plan)
+
+
+BOUNDS = ("epsilon_lower", "epsilon_lower_assumption_free", "epsilon_dp_lower", "mu_lower")
+
+
+def refuse_nonfinite(table: pd.DataFrame) -> pd.DataFrame:
+    """A pair whose counts, rates or bounds hold NaN or inf is no evidence (every bound 0, ``finite``
+    False): a non-finite lower bound would otherwise pass for, or hide, an accountant under-reporting."""
+    numbers = table.select_dtypes("number").to_numpy(dtype=float)
+    finite = np.isfinite(numbers).all(1)
+    table = table.assign(finite=finite)
+    table.loc[~finite, list(BOUNDS)] = 0.0
+    return table

@@ -88,7 +88,7 @@ def reconcile(report: Findings, plan) -> None:
         audit_tightness=tightness,
         audit_tightness_exact_median=float(ratio.median()) if ratio.notna().any() else float("nan"),
         audit_epsilon_dp=float(table.epsilon_dp_lower.max()),
-        verdict=verdict(table, top, currency, tightness, plan.blind_spots),
+        verdict=verdict(table, top, currency, tightness, plan.blind_spots) + refused_note(table),
     )
     report.figures["plots/audit.png"] = partial(audit_figure, table, currency)
 
@@ -106,6 +106,17 @@ def verdict(table: pd.DataFrame, top: pd.Series, currency, tightness: float, bli
         f"accountant={currency.accountant}; the largest, {top.epsilon_lower:.3g} for source {top.source} seen "
         f"by {top.observer}, is {tightness:.0%} of its {top.epsilon_accountant:.3g}. The audit cannot see "
         f"{blind_spots}"
+    )
+
+
+def refused_note(table: pd.DataFrame) -> str:
+    """The verdict's words for pairs whose findings held NaN or inf (scored as no evidence)."""
+    refused = int((~table.finite).sum()) if "finite" in table else 0
+    if not refused:
+        return ""
+    return (
+        f" {refused} of {len(table)} pair(s) came back with NaN or inf in their counts or bounds: each "
+        "scored as no evidence (bound 0), a failure of the audit."
     )
 
 

@@ -36,9 +36,10 @@ def score_batches(
 ) -> Scored:
     """Match each victim's reconstructions to its true samples optimally, then score every pair.
 
-    A non-finite reconstruction (a closed form divided by zero) counts as zeros and is flagged
-    ``defined=False``; image data also get MSE, PSNR and SSIM, and the PSNR/SSIM of the baseline that
-    needs no attack: the mean held-out image of the public data set as the guess for every input.
+    A reconstruction holding NaN or inf (a closed form divided by zero, or a fake) is a failure of the
+    attack: it is scored as the guess that needs no attack, the mean held-out example of the public data
+    set, and flagged ``defined=False``; image data also get MSE, PSNR and SSIM, and the PSNR/SSIM of that
+    guess for every input.
     """
     rows, true_rows, rec_rows = [], [], []
     prior = truth.dataset.x_test.mean(0, keepdim=True)
@@ -46,7 +47,8 @@ def score_batches(
         keep = truth.local.mask[v].bool()
         x, y = truth.local.x[v][keep].to(xr.dtype), truth.local.y[v][keep]
         finite = torch.isfinite(xr).flatten(1).all(1)
-        xr = torch.where(finite.reshape(-1, *[1] * (xr.dim() - 1)), xr, torch.zeros_like(xr)).cpu()
+        guess = prior.to(xr.dtype).to(xr.device).expand_as(xr)
+        xr = torch.where(finite.reshape(-1, *[1] * (xr.dim() - 1)), xr, guess).cpu()
         perm = match(xr, x)
         xr, yr, finite = xr[perm], yr[perm].cpu(), finite[perm]
         scores = {"l2_error": (xr - x).flatten(1).norm(dim=1)}
@@ -90,7 +92,7 @@ def image_summary(table: pd.DataFrame, prefix: str = "attack_") -> tuple[dict[st
     The count of recovered images leads (PSNR at least ``RECOVERY_MARGIN_DB`` above the mean image's):
     a mean over victims hides a split (one exact recovery capped at ``PSNR_CAP`` and one failure average
     to a number neither of them is), so the median stands beside the mean."""
-    k, m = int(table["recovered"].sum()), len(table)
+    k, m, undefined = int(table["recovered"].sum()), len(table), int((~table["defined"]).sum())
     per_victim = table.groupby("victim")["recovered"].all()
     summary = {
         f"{prefix}recovered_fraction": k / m if m else float("nan"),
@@ -109,9 +111,19 @@ def image_summary(table: pd.DataFrame, prefix: str = "attack_") -> tuple[dict[st
         f"every image of {summary[prefix + 'victims_recovered']} of {summary[prefix + 'victims']} victim(s)): "
         f"PSNR median {summary[prefix + 'psnr_median']:.1f} dB, mean {summary[prefix + 'psnr']:.1f} dB "
         f"(each capped at {PSNR_CAP:.0f}), SSIM median {summary[prefix + 'ssim_median']:.2f} (the mean "
-        f"image, no attack: {summary[prefix + 'mean_image_psnr']:.1f} dB)"
+        f"image, no attack: {summary[prefix + 'mean_image_psnr']:.1f} dB){undefined_words(undefined)}"
     )
     return summary, words
+
+
+def undefined_words(undefined: int) -> str:
+    """The verdict's words for reconstructions that held NaN or inf (scored as the mean example)."""
+    if not undefined:
+        return ""
+    return (
+        f"; {undefined} reconstruction(s) held NaN or inf: each scored as the mean example (no attack), a "
+        "failure of the attack"
+    )
 
 
 RECOVERY_HEADLINE = (

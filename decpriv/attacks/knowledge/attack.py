@@ -307,6 +307,11 @@ class KnowledgeMatrix(Attack):
                 f"scale): {summary['fraction_standardised_psnr_success']:.0%} (the mean image "
                 f"{summary['mean_image_standardised_psnr_success']:.0%}). {text}"
             )
+        if summary.get("nonfinite_values"):
+            text += (
+                f"; {summary['nonfinite_values']} recovered value(s) held NaN or inf: counted as not "
+                "reconstructed (scored as the mean held-out value), a failure of the attack"
+            )
         return text + "."
 
     def true_gradients(self, truth: Truth, view: View, nodes: np.ndarray) -> torch.Tensor:
@@ -359,20 +364,33 @@ def value_errors(
     findings: Recovery, truth: Truth, view: View, table: pd.DataFrame, true_gradients
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The recovered and true values of the unknowns, and the relative error of each (written into
-    ``table`` as ``error``, and for D-GD ``gradient_error`` against the gradient at the common init)."""
-    recovered = torch.as_tensor(findings.values)
+    ``table`` as ``error``, and for D-GD ``gradient_error`` against the gradient at the common init).
+    A value (or D-GD gradient) holding NaN or inf is a failure of the attack, whatever the row space
+    says: ``finite_value`` False, not ``reconstructed``, and the value scored as the mean held-out one."""
+    recovered = torch.as_tensor(findings.values).double()
+    finite = torch.isfinite(recovered.reshape(len(recovered), -1)).all(1)
+    if findings.gradients is not None:
+        finite &= torch.isfinite(torch.as_tensor(findings.gradients)).all(1)
     if findings.protocol == "gossip":
         true = truth.extras["private_values"].double().cpu()
     else:
         true = truth.local.x[torch.as_tensor(findings.nodes), 0].double().reshape(len(findings.nodes), -1)
         true_grads = true_gradients(truth, view, findings.nodes)
-        est = torch.as_tensor(findings.gradients)
+        est = torch.as_tensor(findings.gradients).double()
         gerr = (est - true_grads).norm(dim=1) / true_grads.norm(dim=1).clamp_min(1e-300)
         table["gradient_error"] = np.nan
         table.loc[findings.nodes, "gradient_error"] = gerr.numpy()
+    if not finite.all():
+        held_out = truth.dataset.x_test.double().reshape(len(truth.dataset.x_test), -1)
+        guess = held_out.mean(0) if findings.protocol != "gossip" else true.reshape(len(true), -1).mean(0)
+        flat = torch.where(finite[:, None], recovered.reshape(len(recovered), -1), guess)
+        recovered = flat.reshape(recovered.shape)
     err = (recovered - true).norm(dim=1) / true.norm(dim=1).clamp_min(1e-300)
     table["error"] = np.nan
     table.loc[findings.nodes, "error"] = err.numpy()
+    table["finite_value"] = True
+    table.loc[findings.nodes, "finite_value"] = finite.numpy()
+    table.loc[findings.nodes[~finite.numpy()], "reconstructed"] = False
     return recovered, true, err
 
 
@@ -382,6 +400,8 @@ def structure_summary(findings: Recovery, view: View, table: pd.DataFrame, err: 
     refused (NaN) when float64 cannot call the rank; the exact mode's decision when it ran."""
     k = findings.knowledge
     attacker, reconstructed = table.attacker.to_numpy(), table.reconstructed.to_numpy()
+    finite = table.finite_value.to_numpy()[findings.nodes]
+    determined = k.reconstructible & finite
     distance = table.distance_to_attacker.to_numpy()
     summary = {
         "attackers": int(attacker.sum()),
@@ -395,9 +415,10 @@ def structure_summary(findings: Recovery, view: View, table: pd.DataFrame, err: 
         # the baseline: an attacker reads each neighbour's first message, whatever the algebra
         "fraction_honest_neighbours": float((distance[~attacker] == 1).mean()),
         "indistinguishable_groups": int((np.bincount(k.groups) > 1).sum()),
-        "max_error_reconstructed": float(err[torch.as_tensor(k.reconstructible)].max())
-        if k.reconstructible.any()
+        "max_error_reconstructed": float(err[torch.as_tensor(determined)].max())
+        if determined.any()
         else float("nan"),
+        "nonfinite_values": int((~finite).sum()),
         "attack_mode": "exact" if findings.exact is not None else "float64",
         **{f"knowledge_{key}": value for key, value in k.numerics.items()},
     }
@@ -409,7 +430,7 @@ def structure_summary(findings: Recovery, view: View, table: pd.DataFrame, err: 
         e, n = findings.exact, len(table)
         summary["knowledge_rank_exact"] = e.rank
         summary["float_exact_disagreements"] = int((e.reconstructible != k.reconstructible).sum())
-        exact = attacker | np.isin(np.arange(n), findings.nodes[e.reconstructible])
+        exact = attacker | np.isin(np.arange(n), findings.nodes[e.reconstructible & finite])
         summary["fraction_reconstructed"] = float(exact.mean())
         table["reconstructed_exact"] = exact
     return summary
@@ -438,7 +459,7 @@ def image_scores(
     RECOVERY_MARGIN_DB above the mean image); summary medians, success fractions (ours and the paper's PSNR >= ``threshold``, on pixels
     and on standardised images as the authors score) each beside what the mean image scores. Returns
     the reconstruction figure."""
-    spec, k = view.data_spec, findings.knowledge
+    spec = view.data_spec
     shape = (len(findings.nodes), *spec.input_shape)
     imgs, truth_imgs = recovered.reshape(shape), true.reshape(shape)
     p = psnr(imgs, truth_imgs, spec.data_range).clamp(max=PSNR_CAP)  # as the captions cap it
@@ -449,7 +470,8 @@ def image_scores(
     base = psnr(prior, truth_imgs, spec.data_range)
     scale = held_out.transpose(0, 1).flatten(1).std(1)
     z, z_base = standardised_psnr(imgs, truth_imgs, scale), standardised_psnr(prior, truth_imgs, scale)
-    success = torch.as_tensor(k.reconstructible) & images.recovered(p, base)
+    determined = torch.as_tensor(table.reconstructed.to_numpy()[findings.nodes])  # finite values only
+    success = determined & images.recovered(p, base)
     columns = {"psnr": p, "ssim": s, "mean_image_psnr": base, "psnr_standardised": z.clamp(max=PSNR_CAP)}
     columns.update(mean_image_psnr_standardised=z_base, success=success)
     for column, value in columns.items():

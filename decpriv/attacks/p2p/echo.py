@@ -140,8 +140,12 @@ class Echo(Attack):
         with torch.no_grad():
             outside = forward_many(view.model, findings.targets.models, truth.dataset.x_test, shared=True)
         test_acc = (outside.argmax(-1) == truth.dataset.y_test).double().mean(1)
+        # a model holding NaN or inf is refused (mia.py): its argmax is no prediction, its accuracies unknown
+        refused = torch.as_tensor(~table.finite_model.to_numpy())
+        train_acc = torch.where(refused, torch.nan, train_acc.double())
+        test_acc = torch.where(refused, torch.nan, test_acc)
         # both parts kept: the error cannot exceed 1 - test accuracy, which caps the echo's amplification
-        table["local_train_accuracy"] = train_acc.double().numpy()
+        table["local_train_accuracy"] = train_acc.numpy()
         table["test_accuracy"] = test_acc.numpy()
         table["local_generalisation_error"] = (train_acc.double() - test_acc).numpy()
         last = table[table["round"] == table["round"].max()]
@@ -161,6 +165,11 @@ class Echo(Attack):
             f"and {summary['echo_others_mia_advantage']:.3f} for the attacker's other neighbours (not echoed), "
             "last round."
         )
+        if refused.any():
+            summary["verdict"] += (
+                f" {int(refused.sum())} of {len(table)} tested model(s) hold NaN or inf: refused (no accuracy, "
+                "MIA at chance), a failure of the attack."
+            )
         drawing = partial(
             metric_plot,
             table.rename(columns={"view": "node"}),

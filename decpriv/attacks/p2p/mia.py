@@ -331,6 +331,9 @@ class _Pools:
             train = forward_many(self.model, thetas, x_all, shared=True)
         s_out = fn(outside.double(), data.y_test.expand(len(v), -1)).gather(1, self.outside_idx[row])
         pooled = torch.cat([fn(inside.double(), local.y[v]), s_out], 1)
+        # a model holding NaN or inf is refused: none of its outputs is read, every score a tie (chance)
+        refused = ~torch.isfinite(thetas).all(1)
+        pooled = torch.where(refused[:, None], torch.nan, pooled)
         keep, mask = self.keep[row], self.outside_mask[row]
         valid = torch.cat([keep, mask], 1)
         labels = torch.cat([torch.ones_like(keep), torch.zeros_like(mask)], 1) & valid
@@ -344,7 +347,9 @@ class _Pools:
             **{f"null {name}": drawn[name].numpy() for name in STATISTICS},
             "members": keep.sum(1).numpy(),
             "non_members": mask.sum(1).numpy(),
-            "generalisation_error": accuracy.numpy(),
+            "generalisation_error": torch.where(refused, torch.nan, accuracy).numpy(),
+            "finite_model": (~refused).numpy(),
+            "nonfinite_scores": (valid & ~torch.isfinite(pooled)).sum(1).numpy(),
         }
 
 
@@ -396,7 +401,11 @@ def mia_report(scored: Scored, prefix: str = "mia") -> Findings:
     views = [v for v in sorted(table.view.unique()) if not repeats_a_view(table, v)]
     for name in views:
         summary.update(view_summary(scored, name, prefix))
-    summary["verdict"] = mia_verdict(summary, views, prefix, int(table.victim.nunique()))
+    summary[f"{prefix}_nonfinite_models"] = int((~table.finite_model).sum())
+    summary[f"{prefix}_nonfinite_scores"] = int(table.nonfinite_scores[table.finite_model].sum())
+    summary["verdict"] = mia_verdict(summary, views, prefix, int(table.victim.nunique())) + nonfinite_note(
+        summary, prefix, len(table)
+    )
     figures = {f"plots/{prefix}_vs_generalisation.png": partial(mia_figure, scored)}
     return Findings(tables={prefix: table}, summary=summary, figures=figures)
 
@@ -433,6 +442,23 @@ def mia_verdict(summary: dict, views: list[str], prefix: str, victims: int) -> s
         f"{prefix}: AUC over {victims} victim(s), {members:.0f} members vs {against} non-members each, "
         f"last round: {each} (null: 97.5% of shuffled membership); {outcome}."
     )
+
+
+def nonfinite_note(summary: dict, prefix: str, models: int) -> str:
+    """The verdict's words for tested models that hold NaN or inf (refused: scored as chance, a failure
+    of the attack) and for finite models whose scores overflowed (tied, ranked least member-like)."""
+    refused, overflowed = summary[f"{prefix}_nonfinite_models"], summary[f"{prefix}_nonfinite_scores"]
+    note = ""
+    if refused:
+        note += (
+            f" {refused} of {models} tested model(s) hold NaN or inf: refused, each scored as chance "
+            "(AUC 0.5, advantage 0), a failure of the attack."
+        )
+    if overflowed:
+        note += (
+            f" {overflowed} score(s) of finite models came out NaN or inf: tied, ranked least member-like."
+        )
+    return note
 
 
 def per_round_null(scored: Scored, stat: str) -> pd.DataFrame:

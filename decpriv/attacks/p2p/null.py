@@ -39,7 +39,11 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
     predicted when score < rho; auc: P(member scores lower) + P(tie)/2; tpr_at_*: the largest TPR whose
     FPR is at most 1% / 0.1%, thresholds between distinct scores (the unthinned ROC curve).
     """
-    scores = torch.where(valid, scores.double(), torch.inf)
+    scores = scores.double()
+    usable = valid & torch.isfinite(scores)
+    # a NaN or infinite score says nothing about membership: all of them tie, ranked after every finite
+    # score (least member-like; a model scoring only so is at chance), the padding (NaN) after them
+    scores = torch.where(valid, torch.where(usable, scores, torch.inf), torch.nan)
     order = scores.argsort(dim=1, stable=True)
     ordered = scores.gather(1, order)
     labels = labels & valid[:, None, :]
@@ -50,10 +54,12 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
         hits.cumsum(-1), (1, 0)
     ).double()  # (K, B, N + 1): members among the i lowest
 
-    finite = torch.where(valid, scores, -torch.inf).amax(1)
-    low = torch.where(valid, scores, torch.inf).amin(1)
+    some = usable.any(1)  # the thresholds span the finite scores (none: one threshold no score is below)
+    finite = torch.where(some, torch.where(usable, scores, -torch.inf).amax(1), 0.0)
+    low = torch.where(some, torch.where(usable, scores, torch.inf).amin(1), 0.0)
     rho = low[:, None] + (finite - low)[:, None] * torch.linspace(0, 1, thresholds, dtype=scores.dtype)
-    below = torch.searchsorted(ordered, rho.contiguous())  # (K, T) scores strictly below rho
+    sorted_ = torch.where(ordered.isnan(), torch.inf, ordered)  # searchsorted reads no NaN
+    below = torch.searchsorted(sorted_, rho.contiguous())  # (K, T) scores strictly below rho
     tp_rho = tp.gather(2, below[:, None, :].expand(-1, tp.shape[1], -1))
     tnr = (neg[..., None] - (below[:, None, :] - tp_rho)) / neg[..., None]
     out = {"advantage": ((tp_rho / pos[..., None] + tnr) / 2).amax(-1) - 0.5}

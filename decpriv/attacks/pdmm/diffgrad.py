@@ -37,6 +37,7 @@ from decpriv.attacks.inversion.scoring import (
     image_summary,
     reconstruction_grid,
     score_batches,
+    undefined_words,
 )
 from decpriv.attacks.pdmm.anchor import JointProblem, joint_fit
 from decpriv.attacks.pdmm.leak import (
@@ -324,7 +325,9 @@ class DiffGrad(Attack):
         )
         if self.oracle:
             how += "; ORACLE: target from the true data, not the messages"
-        recovered = f"mean L2 error {summary['attack_l2_error']:.3g}"
+        recovered = (
+            f"mean L2 error {summary['attack_l2_error']:.3g}{undefined_words(summary['attack_undefined'])}"
+        )
         if is_image:
             scores, recovered = image_summary(table)
             summary |= scores
