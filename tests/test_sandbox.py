@@ -106,23 +106,31 @@ def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
 
 
 @sealed
-def test_nothing_reaches_the_users_terminal(escape_conf):
-    """A pty as the user's terminal: TIOCSTI through every descriptor pushes nothing into its input.
-    Control: the same payload in a process of that terminal does (the injected line is echoed)."""
+def test_a_sweep_reaches_neither_the_users_terminal_nor_its_sweep_folder(escape_conf):
+    """A sweep run in a pty, the user's terminal: in every job, TIOCSTI through every descriptor pushes
+    nothing into the terminal's input, and the sweep folder (multirun.yaml, the ledger) is not there.
+    Controls: the same payload in a process of that terminal does inject (the line is echoed); the
+    sweep folder is there for this process."""
     pid, master = pty.fork()
     if pid == 0:
         sandbox_attacks.inject()
         os._exit(0)
-    if sandbox_attacks.INJECTED.strip() not in read_all(master, pid):
-        pytest.skip("this kernel refuses TIOCSTI to this user: nothing to block")
-    command = [str(DECPRIV), "run", *overrides("inject"), "hydra.run.dir=run"]
+    injects = sandbox_attacks.INJECTED.strip() in read_all(master, pid)
+    sweep = escape_conf / "sweep"
+    ways = overrides("inject", f"list:{sweep}")
+    command = [str(DECPRIV), "run", "-m", *ways, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     pid, master = pty.fork()
     if pid == 0:
         os.execve(command[0], command, {**os.environ, "PYTHONPATH": str(TESTS)})
     shown = read_all(master, pid)
-    assert "completed" in shown and sandbox_attacks.INJECTED.strip() not in shown
-    outcome = pd.read_csv(escape_conf / "run" / "escape.csv").outcome.iloc[0]
-    assert "ok" not in outcome.split() and "/dev/tty ENXIO" in outcome
+    assert "multirun.yaml" in sandbox_attacks.listing(str(sweep)), shown[-2000:]
+    assert sandbox_attacks.INJECTED.strip() not in shown
+    for job in ("0", "1"):
+        outcome = dict(pd.read_csv(sweep / job / "escape.csv").values)
+        assert outcome[f"list:{sweep}"] == "missing"
+        assert "ok" not in outcome["inject"].split() and "/dev/tty ENXIO" in outcome["inject"]
+    if not injects:
+        pytest.skip("this kernel refuses TIOCSTI to this user: the terminal half had nothing to block")
 
 
 def read_all(master: int, pid: int) -> str:
@@ -176,20 +184,6 @@ def test_signals_to_its_group_end_the_run_failed_in_one_sentence(escape_conf):
         escape(escape_conf / "run", "signals")
     assert status(escape_conf / "run") == "failed"
     assert escape(escape_conf / "again", "processes")["processes"]
-
-
-@sealed
-def test_a_sweep_folder_is_invisible(escape_conf, monkeypatch):
-    """Every job of a sweep looks for the sweep folder (multirun.yaml, the ledger): not there."""
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
-    sweep = escape_conf / "sweep"
-    done = run_cli(
-        "run", "-m", *overrides(f"list:{sweep}"), "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=escape_conf
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "multirun.yaml" in sandbox_attacks.listing(str(sweep))  # the control: it is there
-    for job in ("0", "1"):
-        assert pd.read_csv(sweep / job / "escape.csv").outcome.iloc[0] == "missing"
 
 
 @sealed
