@@ -53,14 +53,15 @@ class _Stream:
 
     def __init__(self, stream: Any):
         self._stream, self._left, self.started = stream, max_bytes(), False
-        self._frame, self._at = b"", 0
+        self._frame, self._at, self._end = b"", 0, 0
 
     def read(self, n: int) -> bytes:
-        if self._at < len(self._frame):
-            if self._at + n > len(self._frame):
-                raise NotPlain("stream that is not a pickle of primitives (an opcode across a frame's end)")
-            self._at += n
-            return self._frame[self._at - n : self._at]
+        at = self._at
+        if at + n <= self._end:
+            self._at = at + n
+            return self._frame[at : at + n]
+        if at < self._end:
+            raise NotPlain("stream that is not a pickle of primitives (an opcode across a frame's end)")
         if n > self._left:
             raise NotPlain(f"value declaring {n} bytes, past the {max_bytes()} an answer may hold")
         self._left -= n
@@ -75,9 +76,10 @@ class _Stream:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def frame(self, n: int) -> None:
-        if self._at < len(self._frame):
+        if self._at < self._end:
             raise NotPlain("stream that is not a pickle of primitives (a frame inside a frame)")
-        self._frame, self._at = self.read(n), 0
+        self._frame = self.read(n)
+        self._at, self._end = 0, len(self._frame)
 
     def number(self, layout: struct.Struct) -> Any:
         return layout.unpack(self.read(layout.size))[0]
@@ -168,7 +170,7 @@ def _run(source: _Stream) -> Any:
                     "stream that is not a pickle of primitives (STOP with a stack of another size)"
                 )
             return stack[0]
-        made += what not in ("proto", "frame")
+        made += 1
         if made > MAX_NODES:
             raise NotPlain(f"value of more than {MAX_NODES} parts")
         argument = source.number(layout) if isinstance(layout, struct.Struct) else layout
