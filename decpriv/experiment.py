@@ -238,7 +238,9 @@ def refuse_unfit(setup: Setup) -> None:
             f"attack={name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
-    if active and defense.own_aggregation:
+    if active and defense.robust:  # a robust rule reads each forged message: within what it tolerates
+        defense.check_byzantine(setup.network.W, adversary.nodes)
+    if active and defense.own_aggregation and not defense.robust:
         raise bad_value(
             "defense",
             defense.name,
@@ -394,6 +396,8 @@ def simulate(
     outcome = setup.protocol.run(sim).cpu()
     if not recording:
         return outcome, None
+    if declared(setup.attack, "clean_baseline", False) is True:
+        outcome.truth["clean_final_states"] = clean_run(setup, sim)
     context = setup.attack_context
     view = View(
         network=network,
@@ -412,6 +416,14 @@ def simulate(
         oracle_declared=setup.oracle,
     )
     return outcome, view
+
+
+def clean_run(setup: Setup, attacked: Simulation) -> torch.Tensor:
+    """(n, p) the final states of the same run (seeds, data, defense) with every node honest: the baseline a
+    poisoning attack is read against (``Attack.clean_baseline``); for scoring only, never in the view."""
+    recorder = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    sim = replace(attacked, recorder=recorder, behaviour=None, show_progress=False)
+    return setup.protocol.run(sim).cpu().final
 
 
 def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
