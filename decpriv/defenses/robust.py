@@ -210,8 +210,8 @@ class ClippedGossip(RobustAggregation):
     def __init__(
         self,
         delta: Annotated[
-            float, Range(gt=0, lt=1, what="the Byzantine weight each node assumes", eg=0.1)
-        ] = 0.1,
+            float, Range(gt=0, lt=1, what="the Byzantine weight each node assumes", eg=0.33)
+        ] = 0.33,
         tau: Annotated[float, Range(gt=0, what="a fixed clipping radius", eg=1.0)] | None = None,
     ):
         super().__init__()

@@ -105,14 +105,13 @@ def clipped_gossip(
 
 
 def adaptive_radius(x: torch.Tensor, weight: torch.Tensor, own: torch.Tensor, delta: float) -> torch.Tensor:
-    """(n,) tau_v^2 = (1 / delta) sum_u W_vu ||x_u - x_v||^2 over the neighbours nearest to v that hold
-    1 - delta of its weight: He et al. (2022, Thm. 1)'s radius, whose sum runs over the honest neighbours,
+    """(n,) tau_v^2 = (1 / delta) sum_u W_vu ||x_u - x_v||^2 over the nearest neighbours of v (itself
+    first) whose weights add up to at most 1 - delta: He et al. (2022, Thm. 1)'s radius, whose sum runs over the honest neighbours,
     with the nearest ones standing in for them (node v does not know which are honest)."""
     dist = (x - own[:, None, :]).square().sum(2)
     dist = torch.where(weight > 0, dist, INF)
     order = dist.argsort(1)
     w_sorted, d_sorted = weight.gather(1, order), dist.gather(1, order)
-    before = torch.cumsum(w_sorted, 1) - w_sorted  # weight of the nearer neighbours
     share = weight.sum(1, keepdim=True)
-    kept = (before < (1 - delta) * share) & (w_sorted > 0)
+    kept = (torch.cumsum(w_sorted, 1) <= (1 - delta) * share * (1 + 1e-9)) & (w_sorted > 0)
     return (torch.where(kept, w_sorted * d_sorted, 0.0).sum(1) / delta).sqrt()

@@ -1,6 +1,6 @@
 """What a Byzantine node sends, from the honest vectors it knows (model poisoning; ByzFL's attacks, Allouah
 et al. 2025, on the same inputs: ``tests/test_poisoning_rules.py``). ``mean`` and ``std`` are (A, p): per
-attacker, the coordinate-wise mean and (population) standard deviation of the honest messages it reads.
+attacker, the coordinate-wise mean and (sample) standard deviation of the honest messages it reads.
 
 - sign flipping: -scale * mean (Allen-Zhu et al., ICLR 2021; ByzFL's SignFlipping at scale 1);
 - inner product manipulation (Xie, Koyejo, Gupta, UAI 2020, Sec. 3): -eps * mean, whose inner product with
@@ -19,8 +19,8 @@ from decpriv import rng
 
 
 def alie_z(n: int, f: int) -> float:
-    """Baruch et al. (2019, Alg. 3, line 2): the largest z for which the supporters s = floor(n/2 + 1) - f
-    honest vectors farther from the mean still outnumber... : z = Phi^{-1}((n - s) / n)."""
+    """Baruch et al. (2019, Alg. 3, lines 1-2): the attackers need s = floor(n/2 + 1) - f honest
+    supporters among n, so they may move z_max = Phi^{-1}((n - s) / n) standard deviations."""
     s = n // 2 + 1 - f
     return NormalDist().inv_cdf((n - s) / n)
 
@@ -42,9 +42,10 @@ def gaussian(shape: tuple[int, ...], mu: float, sigma: float, generator: torch.G
 
 
 def masked_moments(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, p) mean and population std over the rows of ``values`` (S, p) that ``mask`` (A, S) selects."""
+    """(A, p) mean and sample std (n - 1 in the denominator, as ByzFL) over the rows of ``values`` (S, p)
+    that ``mask`` (A, S) selects; the std is 0 for a single row."""
     weight = mask.to(values.dtype)
     count = weight.sum(1, keepdim=True).clamp_min(1)
     mean = weight @ values / count
-    var = (weight @ values.square() / count - mean.square()).clamp_min(0)
-    return mean, var.sqrt()
+    spread = (weight @ values.square() - count * mean.square()).clamp_min(0)
+    return mean, (spread / (count - 1).clamp_min(1)).sqrt()
