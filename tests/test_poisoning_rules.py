@@ -4,7 +4,6 @@ on that row's vectors alone; and against hand-solved cases and the edge-loop sel
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 
 from decpriv.adversary.behaviour import Forgery
@@ -81,8 +80,12 @@ def test_attack_vectors_equal_byzfl(seed):
     t = torch.as_tensor(honest)
     mean, std = vectors.masked_moments(t, torch.ones(1, 7, dtype=torch.bool))
     np.testing.assert_allclose(vectors.sign_flip(mean, std, 1.0)[0].numpy(), byzfl.SignFlipping()(honest))
-    np.testing.assert_allclose(vectors.ipm(mean, std, 0.5)[0].numpy(), byzfl.InnerProductManipulation(tau=0.5)(honest))
-    np.testing.assert_allclose(vectors.alie(mean, std, 1.5)[0].numpy(), byzfl.ALittleIsEnough(tau=1.5)(honest))
+    np.testing.assert_allclose(
+        vectors.ipm(mean, std, 0.5)[0].numpy(), byzfl.InnerProductManipulation(tau=0.5)(honest)
+    )
+    np.testing.assert_allclose(
+        vectors.alie(mean, std, 1.5)[0].numpy(), byzfl.ALittleIsEnough(tau=1.5)(honest)
+    )
 
 
 def test_alie_z_max_by_hand():

@@ -226,4 +226,7 @@ class ClippedGossip(RobustAggregation):
         return rules.clipped_gossip(x, w, own, tau)
 
     def summary(self) -> dict[str, object]:
-        return {"clipping_delta": self.delta, "clipping_tau": self.tau if self.tau is not None else "adaptive"}
+        return {
+            "clipping_delta": self.delta,
+            "clipping_tau": self.tau if self.tau is not None else "adaptive",
+        }

@@ -18,7 +18,9 @@ from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.truth import Truth
 
-ACCURACY = Headline("poisoned_test_accuracy", "clean_test_accuracy", "lower", "the same run without Byzantine nodes")
+ACCURACY = Headline(
+    "poisoned_test_accuracy", "clean_test_accuracy", "lower", "the same run without Byzantine nodes"
+)
 
 
 class Poisoning(Attack):
@@ -38,14 +40,24 @@ class Poisoning(Attack):
                 "use protocol=dsgd (topology=star for a federated server)",
             )
         if context.adversary.eavesdropper or attackers.size == 0:
-            raise bad_value("adversary", "eavesdropper", "Byzantine nodes must be nodes of the graph", "use adversary=curious")
+            raise bad_value(
+                "adversary",
+                "eavesdropper",
+                "Byzantine nodes must be nodes of the graph",
+                "use adversary=curious",
+            )
         reach = np.setdiff1d(net.adjacency[attackers].indices, attackers)
         if reach.size == 0:
             raise bad_value(
-                "adversary.nodes", attackers.tolist(), "the Byzantine nodes have no honest neighbour", "corrupt fewer nodes"
+                "adversary.nodes",
+                attackers.tolist(),
+                "the Byzantine nodes have no honest neighbour",
+                "corrupt fewer nodes",
             )
         if context.data.task != "classification":
-            raise bad_value("data", context.data.name, "poisoning is scored by test accuracy", "use classification data")
+            raise bad_value(
+                "data", context.data.name, "poisoning is scored by test accuracy", "use classification data"
+            )
         return self.plan(context)
 
     def plan(self, context: AttackContext) -> Any:
@@ -64,7 +76,10 @@ class Poisoning(Attack):
         return {}
 
     def evaluate(self, findings: dict, truth: Truth, view: View) -> Findings:
-        summary = {**scores(view.model, truth, view.attackers, self.trigger(view.data_spec)), **self.settings()}
+        summary = {
+            **scores(view.model, truth, view.attackers, self.trigger(view.data_spec)),
+            **self.settings(),
+        }
         summary["verdict"] = verdict(self.name, summary)
         return Findings(summary=summary)
 

@@ -23,8 +23,14 @@ class DataPoisoning(Poisoning):
         data = (context.own_x, context.own_y, context.own_mask)
         generator = context.seeds.torch(f"attack.{self.name}")
         return PoisonedTrainer(
-            context.network, context.adversary.nodes, heard, context.model, data, context.protocol.hyper,
-            self.poison(context), generator,
+            context.network,
+            context.adversary.nodes,
+            heard,
+            context.model,
+            data,
+            context.protocol.hyper,
+            self.poison(context),
+            generator,
         )
 
 
@@ -46,7 +52,12 @@ class LabelFlipping(DataPoisoning):
 class BackdoorTrigger(DataPoisoning):
     name = "backdoor"
     headline = (
-        Headline("poisoned_backdoor_success", "clean_backdoor_success", "higher", "the clean model on triggered inputs"),
+        Headline(
+            "poisoned_backdoor_success",
+            "clean_backdoor_success",
+            "higher",
+            "the clean model on triggered inputs",
+        ),
         ACCURACY,
     )
 
@@ -61,11 +72,23 @@ class BackdoorTrigger(DataPoisoning):
     def plan(self, context: AttackContext) -> None:
         spec = context.data
         if not spec.is_image:
-            raise bad_value("data", spec.name, "a trigger patch needs images", "use data=digits, mnist or cifar10")
+            raise bad_value(
+                "data", spec.name, "a trigger patch needs images", "use data=digits, mnist or cifar10"
+            )
         if self.target >= spec.num_classes:
-            raise bad_value("attack.target", self.target, f"the data has {spec.num_classes} classes", f"use 0..{spec.num_classes - 1}")
+            raise bad_value(
+                "attack.target",
+                self.target,
+                f"the data has {spec.num_classes} classes",
+                f"use 0..{spec.num_classes - 1}",
+            )
         if self.patch >= min(spec.input_shape[-2:]):
-            raise bad_value("attack.patch", self.patch, f"the images are {spec.input_shape[-2]}x{spec.input_shape[-1]}", "use a smaller patch")
+            raise bad_value(
+                "attack.patch",
+                self.patch,
+                f"the images are {spec.input_shape[-2]}x{spec.input_shape[-1]}",
+                "use a smaller patch",
+            )
         return None
 
     def trigger(self, spec: DataSpec) -> Trigger:
@@ -76,4 +99,8 @@ class BackdoorTrigger(DataPoisoning):
         return Backdoor(self.trigger(context.data), self.fraction)
 
     def settings(self) -> dict:
-        return {"backdoor_target": self.target, "backdoor_patch": self.patch, "poisoning_fraction": self.fraction}
+        return {
+            "backdoor_target": self.target,
+            "backdoor_patch": self.patch,
+            "poisoning_fraction": self.fraction,
+        }

@@ -52,7 +52,9 @@ class VectorForger(Behaviour):
 
     def forge(self, round_: int, senders: np.ndarray, observed: torch.Tensor, own: torch.Tensor) -> Forgery:
         values = observed if self.knowledge == "neighbours" else own
-        mask = self.reads if self.knowledge == "neighbours" else torch.ones(len(own), len(own), dtype=torch.bool)
+        mask = (
+            self.reads if self.knowledge == "neighbours" else torch.ones(len(own), len(own), dtype=torch.bool)
+        )
         mean, std = vectors.masked_moments(values.double(), mask)
         crafted = self.craft(mean, std, self.generator).to(observed.dtype)
         return Forgery(self.senders, self.receivers, crafted[self.row])

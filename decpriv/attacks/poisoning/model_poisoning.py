@@ -36,7 +36,9 @@ class VectorAttack(Poisoning):
     def behaviour(self, context: AttackContext, plan) -> VectorForger:
         heard = context.adversary.observed_senders(context.network)
         generator = context.seeds.torch(f"attack.{self.name}")
-        return VectorForger(context.network, context.adversary.nodes, heard, self.knowledge, self.craft(plan), generator)
+        return VectorForger(
+            context.network, context.adversary.nodes, heard, self.knowledge, self.craft(plan), generator
+        )
 
     def settings(self) -> dict:
         return {"poisoning_knowledge": self.knowledge}
@@ -74,7 +76,11 @@ class InnerProductManipulation(VectorAttack):
 class ALittleIsEnough(VectorAttack):
     name = "alie"
 
-    def __init__(self, z: Annotated[float, Range(gt=0, what="the standard deviations moved", eg=1.0)] | None = None, knowledge: Knowledge = "neighbours"):
+    def __init__(
+        self,
+        z: Annotated[float, Range(gt=0, what="the standard deviations moved", eg=1.0)] | None = None,
+        knowledge: Knowledge = "neighbours",
+    ):
         self.z, self.knowledge = z, knowledge
 
     def plan(self, context: AttackContext) -> float:

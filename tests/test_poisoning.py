@@ -1,0 +1,69 @@
+"""Poisoning end to end (in-process: build, simulate with the forger, evaluate against the clean run), the
+refusals, and the CLI's listing."""
+
+import pytest
+
+from decpriv import experiment
+from decpriv.errors import ConfigError
+from tests.conftest import build
+
+FAST = ("protocol.rounds=15",)
+
+
+def poisoned(*overrides: str) -> dict:
+    setup = build(*FAST, *overrides)
+    outcome, view = experiment.simulate(setup)
+    truth = experiment.ground_truth(setup, outcome)
+    return setup.attack.evaluate(setup.attack.run(view), truth, view).summary
+
+
+def test_sign_flip_degrades_and_centred_clipping_recovers():
+    plain = poisoned("attack=sign_flip")
+    assert plain["accuracy_drop"] > 0.1  # one Byzantine node of 16 on a ring
+    clipped = poisoned("attack=sign_flip", "defense=centred_clipping")
+    assert clipped["poisoned_test_accuracy"] > plain["poisoned_test_accuracy"] + 0.05  # 0.59 vs 0.51
+    assert clipped["accuracy_drop"] < plain["accuracy_drop"] / 2
+
+
+def test_clean_baseline_is_the_run_without_the_forger():
+    """The clean run is the same config with no attack at all: its honest nodes' accuracy is the
+    poisoning run's baseline, to the last digit."""
+    attacked = poisoned("attack=ipm", "protocol.rounds=5")
+    setup = build("protocol.rounds=5", "~attack")
+    outcome, _ = experiment.simulate(setup)
+    from decpriv.attacks.poisoning.scoring import accuracy, honest_nodes
+
+    honest = honest_nodes(16, setup.adversary.nodes)
+    x, y = setup.dataset.x_test[:1000], setup.dataset.y_test[:1000]
+    assert attacked["clean_test_accuracy"] == accuracy(setup.model, outcome.final[honest], x, y)
+
+
+def test_backdoor_beats_clean_baseline_and_median_lowers_it():
+    plain = poisoned("attack=backdoor", "adversary.count=2", "protocol.rounds=25")
+    assert plain["poisoned_backdoor_success"] > plain["clean_backdoor_success"] + 0.1  # 0.34 vs 0.004
+    defended = poisoned("attack=backdoor", "adversary.count=2", "protocol.rounds=25", "defense=median")
+    assert defended["poisoned_backdoor_success"] < plain["poisoned_backdoor_success"] / 2
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (("attack=sign_flip", "defense=trimmed_mean", "defense.fraction=0.6"), "defense.fraction=0.6"),
+        (("attack=sign_flip", "defense=median", "adversary.nodes=[0,2]"), "honest node 1 hears 2 Byzantine"),
+        (("attack=alie", "defense=krum"), "Krum needs more than 2f + 2 senders"),
+        (("attack=label_flip", "protocol=gossip"), "protocol='gossip'"),
+        (("defense=median", "protocol=fedavg", "~attack"), "protocol=fedavg"),
+        (("attack=backdoor", "attack.target=10"), "attack.target=10"),
+    ],
+)
+def test_refusals_name_the_key(overrides, said):
+    with pytest.raises(ConfigError, match=said.replace("[", r"\[").replace("+", r"\+")):
+        build(*overrides)
+
+
+def test_robust_rule_takes_forgeries_where_plain_rules_refuse():
+    """echo forges for W x: self-centred clipping still refuses it; a robust rule runs it within its
+    tolerance (one Byzantine neighbour of three)."""
+    with pytest.raises(ConfigError, match="forges messages for the plain gossip average"):
+        build("attack=sign_flip", "defense=self_centred_clipping")
+    build("attack=sign_flip", "defense=median")
