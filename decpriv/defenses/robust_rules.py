@@ -24,9 +24,23 @@ def _counts(valid: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return valid.sum(1).to(like.dtype)
 
 
+NETWORK_SLOTS = 32  # up to this many slots, a sorting network beats torch.sort's short segments
+
+
 def _sorted(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Each coordinate's values sorted over the slots, the padding (+inf) last."""
-    return torch.where(valid[..., None], x, INF).sort(dim=1).values
+    """Each coordinate's values sorted over the slots, the padding (+inf) last. A few slots (a gossip
+    neighbourhood) are sorted by odd-even transposition, M passes of elementwise min/max over all (n, p)
+    coordinates at once: 4.5x faster than torch.sort at M = 9 (docs/speed.md)."""
+    y = torch.where(valid[..., None], x, INF)
+    slots = y.shape[1]
+    if slots > NETWORK_SLOTS:
+        return y.sort(dim=1).values
+    cols = list(y.unbind(1))
+    for step in range(slots):  # passes over the slots, not over nodes
+        for i in range(step % 2, slots - 1, 2):
+            low, high = cols[i], cols[i + 1]
+            cols[i], cols[i + 1] = torch.minimum(low, high), torch.maximum(low, high)
+    return torch.stack(cols, 1)
 
 
 def median(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
