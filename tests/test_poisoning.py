@@ -46,6 +46,19 @@ def test_backdoor_beats_clean_baseline_and_median_lowers_it():
     assert defended["poisoned_backdoor_success"] < plain["poisoned_backdoor_success"] / 2
 
 
+def test_label_flip_and_gaussian_degrade_accuracy():
+    assert poisoned("attack=label_flip", "adversary.count=3")["accuracy_drop"] > 0.05  # 0.117
+    assert poisoned("attack=gaussian")["accuracy_drop"] > 0.05  # 0.151
+
+
+def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
+    """On a ring a receiver hears n = 3 senders, f = 1 of them Byzantine: s = floor(3/2 + 1) - 1 = 1,
+    z_max = Phi^-1((3 - 1) / 3) = 0.4307 (Baruch et al. 2019, Alg. 3)."""
+    summary = poisoned("attack=alie", "protocol.rounds=2")
+    assert summary["alie_z"] == pytest.approx(0.430727, abs=1e-6)
+    assert summary["poisoning_knowledge"] == "neighbours"
+
+
 @pytest.mark.parametrize(
     "overrides, said",
     [
@@ -55,6 +68,7 @@ def test_backdoor_beats_clean_baseline_and_median_lowers_it():
         (("attack=label_flip", "protocol=gossip"), "protocol='gossip'"),
         (("defense=median", "protocol=fedavg", "~attack"), "protocol=fedavg"),
         (("attack=backdoor", "attack.target=10"), "attack.target=10"),
+        (("attack=sign_flip", "defense=secure_aggregation"), "secure aggregation hides"),
     ],
 )
 def test_refusals_name_the_key(overrides, said):
@@ -79,6 +93,8 @@ def test_preset_clippedgossip_ring_sign_flip_over_seeds(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "sweep" / "summary.csv")
     assert (table.status == "completed").all() and len(table) == 12
+    # summary.csv records defense=none by its class (Defense), as every run without a defense option
+    table["defense"] = table["defense"].replace({"Defense": "none"})
     drops = table.pivot(index="seed", columns="defense", values="accuracy_drop")
     assert (drops["none"] > 0.1).all(), drops
     assert (drops["clipped_gossip"] < 0.05).all(), drops
