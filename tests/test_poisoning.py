@@ -8,7 +8,7 @@ from decpriv import experiment
 from decpriv.errors import ConfigError
 from tests.conftest import build
 
-FAST = ("protocol.rounds=15",)
+FAST = ("protocol.rounds=15", "protocol.eval_every=100")  # history: the first and last rounds only
 
 
 def poisoned(*overrides: str) -> dict:
