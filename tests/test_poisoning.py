@@ -51,6 +51,19 @@ def test_label_flip_and_gaussian_degrade_accuracy():
     assert poisoned("attack=gaussian")["accuracy_drop"] > 0.05  # 0.151
 
 
+def test_omniscient_dissensus_breaks_gossip_and_clipped_gossip_holds():
+    """He et al. 2022's dissensus attack needs every neighbour of the attacked node: an eavesdropping
+    Byzantine node has them (covered 1), a plain one on a ring hears none of them (covered 0)."""
+    omniscient = poisoned("attack=dissensus", "adversary.eavesdropper=true", "protocol.rounds=40")
+    assert omniscient["dissensus_covered_receivers"] == 1.0
+    assert omniscient["accuracy_drop"] > 0.15  # 0.244: it grows with the rounds (0.41 at 60, 0.61 at 100)
+    clipped = poisoned(
+        "attack=dissensus", "adversary.eavesdropper=true", "protocol.rounds=40", "defense=clipped_gossip"
+    )
+    assert clipped["accuracy_drop"] < omniscient["accuracy_drop"] / 3  # 0.041
+    assert poisoned("attack=dissensus", "protocol.rounds=1")["dissensus_covered_receivers"] == 0.0
+
+
 def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
     """On a ring a receiver hears n = 3 senders, f = 1 of them Byzantine: s = floor(3/2 + 1) - 1 = 1,
     z_max = Phi^-1((3 - 1) / 3) = 0.4307 (Baruch et al. 2019, Alg. 3)."""

@@ -39,12 +39,12 @@ class Poisoning(Attack):
                 f"attack={self.name} forges the models D-SGD's nodes send their neighbours",
                 "use protocol=dsgd (topology=star for a federated server)",
             )
-        if context.adversary.eavesdropper or attackers.size == 0:
+        if attackers.size == 0:  # an eavesdropper alone sends nothing
             raise bad_value(
-                "adversary",
-                "eavesdropper",
+                "adversary.nodes",
+                [],
                 "Byzantine nodes must be nodes of the graph",
-                "use adversary=curious",
+                "set adversary.count or adversary.nodes",
             )
         reach = np.setdiff1d(net.adjacency[attackers].indices, attackers)
         if reach.size == 0:
