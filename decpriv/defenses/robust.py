@@ -75,11 +75,12 @@ class RobustAggregation(Defense):
         if over.size:
             v = int(over[0])
             raise bad_value(
-                "adversary.count",
-                len(byzantine),
+                "adversary.nodes",
+                byzantine.tolist(),
                 f"honest node {v} hears {int(count[v])} Byzantine of its {int(sizes[v])} senders, more than "
                 f"defense={self.name} tolerates ({int(limit[v])})",
-                "corrupt fewer nodes, use a denser graph, or raise the rule's tolerance",
+                "corrupt fewer nodes (adversary.count, adversary.nodes), use a denser graph, or raise the "
+                "rule's tolerance",
             )
 
     def neighbourhoods(self, W: torch.Tensor) -> Neighbourhoods:
