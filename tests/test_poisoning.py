@@ -82,6 +82,7 @@ def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
         (("defense=median", "protocol=fedavg", "~attack"), "protocol=fedavg"),
         (("attack=backdoor", "attack.target=10"), "attack.target=10"),
         (("attack=sign_flip", "defense=secure_aggregation"), "secure aggregation hides"),
+        (("attack=label_flip", "protocol.momentum=0.9"), "protocol.momentum=0.9"),
     ],
 )
 def test_refusals_name_the_key(overrides, said):

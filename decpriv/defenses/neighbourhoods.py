@@ -68,9 +68,3 @@ class Neighbourhoods:
             rows, slot = self.slots(forgery.receivers, forgery.senders)
             stacked[rows, slot] = forgery.values.to(messages.device, messages.dtype)
         return stacked
-
-    def own_slot(self) -> torch.Tensor:
-        """(n,) the slot where each node holds its own message."""
-        n = self.index.shape[0]
-        mine = self.valid & (self.index == torch.arange(n, device=self.index.device)[:, None])
-        return mine.to(torch.int8).argmax(1)

@@ -18,6 +18,18 @@ class DataPoisoning(Poisoning):
     def poison(self, context: AttackContext):
         raise NotImplementedError
 
+    def prepare(self, context: AttackContext):
+        plan = super().prepare(context)
+        for key in ("momentum", "weight_decay"):
+            if context.protocol.hyper.get(key):
+                raise bad_value(
+                    f"protocol.{key}",
+                    context.protocol.hyper[key],
+                    f"attack={self.name}'s Byzantine nodes train by plain SGD",
+                    f"use protocol.{key}=0",
+                )
+        return plan
+
     def behaviour(self, context: AttackContext, plan) -> PoisonedTrainer:
         heard = context.adversary.observed_senders(context.network)
         data = (context.own_x, context.own_y, context.own_mask)
