@@ -248,6 +248,14 @@ def refuse_unfit(setup: Setup) -> None:
             "replaces by its own aggregation rule",
             "drop the defense or use a passive attack",
         )
+    if active and defense.hides_updates and declared(attack, "clean_baseline", False) is True:
+        raise bad_value(  # a poisoning attack: its forgeries are for a rule that reads each message
+            "defense",
+            defense.name,
+            f"attack={name}'s Byzantine messages are filtered, if at all, by a robust rule that reads each "
+            f"received update, which {defense.name} hides (decpriv does not simulate poisoning inside it)",
+            "drop the defense, or pick a robust rule (defense=clipped_gossip, median, ...) in its place",
+        )
     if active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
         raise bad_value(
             "defense",

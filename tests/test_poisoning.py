@@ -81,7 +81,7 @@ def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
         (("attack=label_flip", "protocol=gossip"), "protocol='gossip'"),
         (("defense=median", "protocol=fedavg", "~attack"), "protocol=fedavg"),
         (("attack=backdoor", "attack.target=10"), "attack.target=10"),
-        (("attack=sign_flip", "defense=secure_aggregation"), "secure aggregation hides"),
+        (("attack=sign_flip", "defense=secure_aggregation"), "which secure_aggregation hides"),
         (("attack=label_flip", "protocol.momentum=0.9"), "protocol.momentum=0.9"),
     ],
 )
