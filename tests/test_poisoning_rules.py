@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from decpriv.adversary.behaviour import Forgery
+from decpriv.adversary.recorder import Recorder
 from decpriv.attacks.poisoning import vectors
 from decpriv.defenses import robust_rules as rules
 from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.robust import CentredClipping, CoordinateMedian, Krum, MultiKrum, TrimmedMean
 from decpriv.defenses.self_centred_clipping import SelfCentredClipping
 
 byzfl = pytest.importorskip("byzfl")
@@ -127,3 +129,31 @@ def test_neighbourhoods_of_sparse_and_dense_agree():
     sparse = Neighbourhoods.of(W.to_sparse_csr())
     assert torch.equal(dense.index, sparse.index) and torch.equal(dense.valid, sparse.valid)
     assert dense.size.tolist() == [3] * 7
+
+
+@pytest.mark.parametrize(
+    "defense, oracle",
+    [
+        (CoordinateMedian(), lambda: byzfl.Median()),
+        (TrimmedMean(fraction=0.25), lambda: byzfl.TrMean(f=2)),  # floor(0.25 * 8) = 2
+        (Krum(f=2), lambda: byzfl.Krum(f=2)),
+        (MultiKrum(f=2), lambda: byzfl.MultiKrum(f=2)),
+    ],
+)
+def test_fedavg_server_round_equals_byzfl_on_the_chosen_updates(defense, oracle):
+    updates = torch.as_tensor(np.random.default_rng(5).normal(size=(12, 6)))
+    chosen = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11])
+    weights, held = torch.ones(12, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    off = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    got = defense.federate(updates, weights, chosen, held, off, 0)
+    np.testing.assert_allclose(got.numpy(), oracle()(updates[chosen].numpy()), rtol=1e-12)
+
+
+def test_fedavg_centred_clipping_is_centred_on_the_global_model():
+    updates = torch.as_tensor(np.random.default_rng(6).normal(size=(5, 3)))
+    held = torch.full((3,), 0.5, dtype=torch.float64)
+    off = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    got = CentredClipping(tau=0.3).federate(updates, torch.ones(5), torch.arange(5), held, off, 0)
+    pulled = updates - held
+    pulled = pulled * (0.3 / pulled.norm(dim=1, keepdim=True)).clamp(max=1.0)
+    np.testing.assert_allclose(got.numpy(), (held + pulled.mean(0)).numpy(), rtol=1e-12)

@@ -1,8 +1,8 @@
 """Byzantine-robust aggregation as defenses: each node combines the messages it received from its closed
 neighbourhood with a robust rule (:mod:`decpriv.defenses.robust_rules`) instead of the gossip average
 W x, all nodes at once on the stacked neighbourhoods (:mod:`decpriv.defenses.neighbourhoods`); an active
-attack's forged messages reach the rule on their own edges (:meth:`RobustAggregation.receive`). D-SGD
-(D-PSGD) only: on a star (the FedAvg server's neighbourhood is every client) this is the federated rule.
+attack's forged messages reach the rule on their own edges (:meth:`RobustAggregation.receive`). Under
+FedAvg/FedSGD the server aggregates the round's updates with the rule (:meth:`RobustAggregation.federate`).
 
 Each rule tolerates at most so many Byzantine senders in a neighbourhood of m (:meth:`tolerated`); a run
 whose adversary puts more beside an honest node is refused before it starts, as is Krum on a node with
@@ -12,7 +12,7 @@ homomorphic encryption hide (docs/poisoning.md).
 """
 
 from abc import abstractmethod
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,9 +21,13 @@ import torch
 from decpriv.adversary.behaviour import Forgery
 from decpriv.config_types import Range, checked
 from decpriv.defenses import robust_rules as rules
-from decpriv.defenses.base import Built, Defense
+from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.neighbourhoods import Neighbourhoods
 from decpriv.errors import bad_value
+
+FEDERATED = ("fedavg", "fedsgd")
+if TYPE_CHECKING:
+    from decpriv.adversary.recorder import Recorder
 
 Tolerance = Annotated[int, Range(ge=0, what="the Byzantine senders each node tolerates", eg=1)]
 
@@ -47,17 +51,23 @@ class RobustAggregation(Defense):
 
     def __init__(self):
         self._hood: tuple[tuple, Neighbourhoods] | None = None
+        self.federated = False
 
     def bind(self, setup: Built) -> None:
-        if setup.protocol.name != "dsgd":
+        protocol = setup.protocol.name
+        if protocol not in ("dsgd", *FEDERATED):
             raise bad_value(
                 "defense",
                 self.name,
-                f"a robust aggregation rule replaces D-SGD's gossip average, which protocol={setup.protocol.name} "
-                "does not compute",
-                "use protocol=dsgd (topology=star for a federated server)",
+                f"a robust aggregation rule replaces the average of D-SGD or of a FedAvg server, which "
+                f"protocol={protocol} does not compute",
+                "use protocol=dsgd, fedavg or fedsgd",
             )
-        self.check_graph(neighbourhood_sizes(setup.network.W))
+        self.federated = protocol in FEDERATED
+        if self.federated:  # the server's one neighbourhood: the clients of a round
+            self.check_graph(np.array([setup.protocol.clients_per_round(setup.network)]))
+        else:
+            self.check_graph(neighbourhood_sizes(setup.network.W))
 
     def check_graph(self, sizes: np.ndarray) -> None:
         """Refuse a graph on which the rule is undefined (Krum: too small a neighbourhood)."""
@@ -67,7 +77,10 @@ class RobustAggregation(Defense):
         """(n,) the most Byzantine senders the rule tolerates in a neighbourhood of each size."""
 
     def check_byzantine(self, W: sp.csr_array, byzantine: np.ndarray) -> None:
-        """Refuse an adversary that puts more Byzantine senders beside an honest node than it tolerates."""
+        """Refuse an adversary that puts more Byzantine senders beside an honest node than it tolerates
+        (D-SGD's gossip graph; the poisoning attacks refuse FedAvg themselves)."""
+        if self.federated:
+            return
         sizes, count = neighbourhood_sizes(W), byzantine_neighbours(W, byzantine)
         limit = self.tolerated(sizes)
         honest = np.setdiff1d(np.arange(len(sizes)), byzantine)
@@ -96,6 +109,28 @@ class RobustAggregation(Defense):
     def receive(self, W: torch.Tensor, messages: torch.Tensor, forgery: Forgery | None) -> torch.Tensor:
         hood = self.neighbourhoods(W)
         return self.rule(hood.received(messages, forgery), hood, messages)
+
+    def federate(
+        self,
+        updates: torch.Tensor,
+        weights: torch.Tensor,
+        chosen: torch.Tensor,
+        held: torch.Tensor,
+        recorder: "Recorder",
+        round_: int,
+    ) -> torch.Tensor:
+        """The FedAvg server's round by the rule: one neighbourhood, the chosen clients' updates, weighted
+        by local set size where the rule weighs (clipped gossip), centred on the global model ``held``
+        (centred clipping's previous aggregate, Karimireddy et al. 2021)."""
+        recorder.record(round_, 0, sent_to_server(updates, chosen, held))
+        w = weights[chosen].to(updates.dtype)
+        server = Neighbourhoods(
+            index=chosen[None],
+            valid=torch.ones(1, len(chosen), dtype=torch.bool, device=updates.device),
+            weight=(w / w.sum())[None],
+            size=torch.tensor([len(chosen)], device=updates.device),
+        )
+        return self.rule(updates[chosen][None], server, held[None])[0]
 
     @abstractmethod
     def rule(self, x: torch.Tensor, hood: Neighbourhoods, own: torch.Tensor) -> torch.Tensor:
@@ -158,10 +193,11 @@ class Krum(RobustAggregation):
         small = np.flatnonzero(sizes <= 2 * self.f + 2)
         if small.size:
             v = int(small[0])
+            who = "the server hears" if self.federated else f"node {v} hears"
             raise bad_value(
                 "defense.f",
                 self.f,
-                f"Krum needs more than 2f + 2 senders, and node {v} hears {int(sizes[v])}",
+                f"Krum needs more than 2f + 2 senders, and {who} {int(sizes[v])}",
                 f"use defense.f <= {max((int(sizes.min()) - 3) // 2, 0)} or a denser graph",
             )
 
