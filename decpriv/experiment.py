@@ -239,13 +239,23 @@ def refuse_unfit(setup: Setup) -> None:
             f"attack={name} needs corrupt nodes",
             "set adversary.count or adversary.nodes",
         )
-    if active and defense.own_aggregation:
+    if active and defense.robust:  # a robust rule reads each forged message: within what it tolerates
+        defense.check_byzantine(setup.network.W, adversary.nodes)
+    if active and defense.own_aggregation and not defense.robust:
         raise bad_value(
             "defense",
             defense.name,
             f"attack={name} forges messages for the plain gossip average W x, which this defense "
             "replaces by its own aggregation rule",
             "drop the defense or use a passive attack",
+        )
+    if active and defense.hides_updates and declared(attack, "clean_baseline", False) is True:
+        raise bad_value(  # a poisoning attack: its forgeries are for a rule that reads each message
+            "defense",
+            defense.name,
+            f"attack={name}'s Byzantine messages are filtered, if at all, by a robust rule that reads each "
+            f"received update, which {defense.name} hides (decpriv does not simulate poisoning inside it)",
+            "drop the defense, or pick a robust rule (defense=clipped_gossip, median, ...) in its place",
         )
     if active and defense.hides_updates:  # Pasquini et al. 2023, Sec. 6.1
         raise bad_value(
@@ -399,6 +409,8 @@ def simulate(
     outcome = setup.protocol.run(sim).cpu()
     if not recording:
         return outcome, None
+    if declared(setup.attack, "clean_baseline", False) is True:
+        outcome.truth["clean_final_states"] = clean_run(setup, sim)
     context = setup.attack_context
     view = View(
         network=network,
@@ -417,6 +429,14 @@ def simulate(
         oracle_declared=setup.oracle,
     )
     return outcome, view
+
+
+def clean_run(setup: Setup, attacked: Simulation) -> torch.Tensor:
+    """(n, p) the final states of the same run (seeds, data, defense) with every node honest: the baseline a
+    poisoning attack is read against (``Attack.clean_baseline``); for scoring only, never in the view."""
+    recorder = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    sim = replace(attacked, recorder=recorder, behaviour=None, show_progress=False)
+    return setup.protocol.run(sim).cpu().final
 
 
 def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:

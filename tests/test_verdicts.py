@@ -60,6 +60,16 @@ CASES = {
         {"override_mean_controlled_fraction": ".1%", "override_victims": "d"},
         ("rushing", "0: no effect"),
     ),
+    "backdoor": (
+        ("attack=backdoor", "adversary.count=2", "protocol.rounds=5"),
+        {
+            "poisoned_test_accuracy": ".3f",
+            "clean_test_accuracy": ".3f",
+            "poisoned_backdoor_success": ".3f",
+            "clean_backdoor_success": ".3f",
+        },
+        ("without Byzantine nodes", "the clean model's"),
+    ),
     "pdmm_leak": (
         ("protocol=pdmm", *PDMM_QUADRATIC, "protocol.rounds=20"),
         {"leak_difference_error_median": ".2g", "leak_plain_gradient_error_median": ".2g"},

@@ -89,6 +89,9 @@ class Defense:
     accountant: str | None = None  # the ``accountant`` option used when none is set (conf/accountant/<name>)
     own_aggregation = False  # replaces the plain gossip average W x (robust rules, the CDP baseline)
     hides_updates = False  # no single node sees an individual update (secure aggregation)
+    robust = (
+        False  # aggregates each received message itself (receive(W, x, forgery)): forgeries reach the rule
+    )
     batch_sampler = "fixed"  # how protocols draw this defense's batches (decpriv.data.sampling)
 
     def bind(self, setup: Built) -> None:

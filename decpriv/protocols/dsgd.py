@@ -104,15 +104,18 @@ class DSGD(Protocol):
         messages and an active adversary may replace its own, per receiver, at the first step."""
         x = messages
         for k in range(self.gossip_steps):
-            mixed = sim.defense.exchange(W, x, sim.recorder, round_, k)
+            forgery = None
             if sim.behaviour is not None and k == 0:
                 seen = torch.as_tensor(sim.recorder.senders, device=x.device)
                 own = torch.as_tensor(sim.adversary.nodes, device=x.device)
                 # what crosses into the attack's process is on the CPU (docs/simulation.md)
                 forgery = sim.behaviour.forge(round_, sim.recorder.senders, x[seen].cpu(), x[own].cpu())
-                if forgery is not None:
-                    mixed = apply_forgery(sim.network.W, mixed, x, forgery)
-            x = mixed
+            if forgery is not None and sim.defense.robust:  # the rule sees each forged message on its edge
+                sim.recorder.record(round_, k, x)
+                x = sim.defense.receive(W, x, forgery)
+                continue
+            mixed = sim.defense.exchange(W, x, sim.recorder, round_, k)
+            x = mixed if forgery is None else apply_forgery(sim.network.W, mixed, x, forgery)
         return x
 
     def mix_into(

@@ -82,6 +82,10 @@ class FedAvg(Protocol):
     def check(self, network: Network, dataset: Dataset, model: FunctionalModel) -> None:
         check_batch_size(self.batch_size, network, dataset)
 
+    def clients_per_round(self, network: Network) -> int:
+        """How many clients send an update each round (``client_fraction`` of them, at least one)."""
+        return max(1, round(self.client_fraction * len(client_nodes(network))))
+
     def steps_per_round(self, local: LocalData) -> int:
         """``local_steps``, or enough minibatches for ``local_epochs`` passes over the largest local set."""
         if self.local_epochs is None:
@@ -105,7 +109,7 @@ class FedAvg(Protocol):
         evaluate = Evaluator(model, sim.dataset, local, sim.device)
         evals = eval_rounds(self.rounds, self.eval_every)
         clients = torch.as_tensor(client_nodes(sim.network), device=sim.device)
-        per_round = max(1, round(self.client_fraction * len(clients)))
+        per_round = self.clients_per_round(sim.network)
         rows, participants = [], []
         for t in sim.progress(self.rounds + 1, self.name):
             theta = global_model.expand(n, -1).clone()

@@ -1,0 +1,159 @@
+"""decpriv's robust rules and Byzantine vectors against ByzFL (Allouah et al. 2025), the field's library, on
+random inputs with f Byzantine among n: every row of a ragged batch of neighbourhoods equals ByzFL's call
+on that row's vectors alone; and against hand-solved cases and the edge-loop self-centred clipping."""
+
+import numpy as np
+import pytest
+import torch
+
+from decpriv.adversary.behaviour import Forgery
+from decpriv.adversary.recorder import Recorder
+from decpriv.attacks.poisoning import vectors
+from decpriv.defenses import robust_rules as rules
+from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.robust import CentredClipping, CoordinateMedian, Krum, MultiKrum, TrimmedMean
+from decpriv.defenses.self_centred_clipping import SelfCentredClipping
+
+byzfl = pytest.importorskip("byzfl")
+
+
+def ragged(seed: int, sizes=(5, 7, 9, 6), p: int = 4):
+    """A padded batch: row v holds sizes[v] random vectors (f = sizes // 3 of them far off, Byzantine)."""
+    g = np.random.default_rng(seed)
+    width = max(sizes)
+    x = np.zeros((len(sizes), width, p))
+    valid = np.zeros((len(sizes), width), dtype=bool)
+    for v, m in enumerate(sizes):
+        honest = g.normal(size=(m, p))
+        honest[: m // 3] = g.normal(10, 5, size=(m // 3, p))  # the Byzantine ones
+        x[v, :m] = honest
+        x[v, m:] = g.normal(size=(width - m, p)) * 1e6  # padding must never be read
+        valid[v, :m] = True
+    return torch.as_tensor(x), torch.as_tensor(valid), sizes
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rules_equal_byzfl_row_by_row(seed):
+    x, valid, sizes = ragged(seed)
+    f = [m // 3 for m in sizes]
+    got = {
+        "median": rules.median(x, valid),
+        "trmean": rules.trimmed_mean(x, valid, torch.tensor(f)),
+        "krum": torch.stack([rules.krum(x[v : v + 1], valid[v : v + 1], f[v])[0] for v in range(len(sizes))]),
+        "multikrum": torch.stack(
+            [rules.multi_krum(x[v : v + 1], valid[v : v + 1], f[v])[0] for v in range(len(sizes))]
+        ),
+        "cc": rules.centred_clipping(x, valid, torch.zeros(len(sizes), x.shape[2], dtype=x.dtype), 2.0, 3),
+    }
+    for v, m in enumerate(sizes):
+        rows = x[v, :m].numpy()
+        want = {
+            "median": byzfl.Median()(rows),
+            "trmean": byzfl.TrMean(f=f[v])(rows),
+            "krum": byzfl.Krum(f=f[v])(rows),
+            "multikrum": byzfl.MultiKrum(f=f[v])(rows),
+            "cc": byzfl.CenteredClipping(tau=2.0, L=3)(rows),
+        }
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name][v].numpy(), value, rtol=1e-10, atol=1e-10, err_msg=name)
+
+
+def test_krum_batch_equals_krum_per_row_with_one_f():
+    x, valid, sizes = ragged(3, sizes=(6, 8, 7))
+    batch = rules.krum(x, valid, 1)
+    for v, m in enumerate(sizes):
+        np.testing.assert_allclose(batch[v].numpy(), byzfl.Krum(f=1)(x[v, :m].numpy()))
+    multi = rules.multi_krum(x, valid, 1)
+    for v, m in enumerate(sizes):
+        np.testing.assert_allclose(multi[v].numpy(), byzfl.MultiKrum(f=1)(x[v, :m].numpy()))
+
+
+def test_trimmed_mean_and_median_by_hand():
+    x = torch.tensor([[[1.0], [100.0], [2.0], [3.0], [-50.0]]], dtype=torch.float64)
+    valid = torch.ones(1, 5, dtype=torch.bool)
+    assert rules.trimmed_mean(x, valid, torch.tensor([1])).item() == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+    assert rules.median(x, valid).item() == 2.0
+    assert rules.median(x[:, :4], valid[:, :4]).item() == pytest.approx(2.5)  # (2 + 3) / 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_attack_vectors_equal_byzfl(seed):
+    honest = np.random.default_rng(seed).normal(size=(7, 5))
+    t = torch.as_tensor(honest)
+    mean, std = vectors.masked_moments(t, torch.ones(1, 7, dtype=torch.bool))
+    np.testing.assert_allclose(vectors.sign_flip(mean, std, 1.0)[0].numpy(), byzfl.SignFlipping()(honest))
+    np.testing.assert_allclose(
+        vectors.ipm(mean, std, 0.5)[0].numpy(), byzfl.InnerProductManipulation(tau=0.5)(honest)
+    )
+    np.testing.assert_allclose(
+        vectors.alie(mean, std, 1.5)[0].numpy(), byzfl.ALittleIsEnough(tau=1.5)(honest)
+    )
+
+
+def test_alie_z_max_by_hand():
+    # Baruch et al. 2019: n = 50, f = 12 -> s = 14, z = Phi^-1(36 / 50) = 0.5828...
+    assert vectors.alie_z(50, 12) == pytest.approx(0.58284, abs=1e-4)
+
+
+def ring(n: int) -> torch.Tensor:
+    W = np.zeros((n, n))
+    for v in range(n):
+        W[v, v] = W[v, (v + 1) % n] = W[v, (v - 1) % n] = 1 / 3
+    return torch.as_tensor(W)
+
+
+def test_fixed_radius_clipped_gossip_is_self_centred_clipping():
+    W = ring(6)
+    msgs = torch.as_tensor(np.random.default_rng(0).normal(size=(6, 3)))
+    hood = Neighbourhoods.of(W)
+    got = rules.clipped_gossip(hood.received(msgs), hood.weight, msgs, 0.5)
+    np.testing.assert_allclose(got.numpy(), SelfCentredClipping(tau=0.5).aggregate(W, msgs).numpy())
+
+
+def test_forged_message_lands_on_its_edge_only():
+    """Node 0 sends node 1 a forged value and node 5 its honest one: only node 1's median moves."""
+    W = ring(6)
+    msgs = torch.arange(6, dtype=torch.float64)[:, None].repeat(1, 2)
+    hood = Neighbourhoods.of(W)
+    forged = Forgery(np.array([0]), np.array([1]), torch.full((1, 2), 100.0, dtype=torch.float64))
+    plain = rules.median(hood.received(msgs), hood.valid)
+    attacked = rules.median(hood.received(msgs, forged), hood.valid)
+    assert torch.equal(plain[0], attacked[0]) and torch.equal(plain[5], attacked[5])
+    # node 1 hears {100 (from 0, forged), 1, 2}: median 2, not the honest 1
+    assert attacked[1].tolist() == [2.0, 2.0] and plain[1].tolist() == [1.0, 1.0]
+
+
+def test_neighbourhoods_of_sparse_and_dense_agree():
+    W = ring(7)
+    dense = Neighbourhoods.of(W)
+    sparse = Neighbourhoods.of(W.to_sparse_csr())
+    assert torch.equal(dense.index, sparse.index) and torch.equal(dense.valid, sparse.valid)
+    assert dense.size.tolist() == [3] * 7
+
+
+@pytest.mark.parametrize(
+    "defense, oracle",
+    [
+        (CoordinateMedian(), lambda: byzfl.Median()),
+        (TrimmedMean(fraction=0.25), lambda: byzfl.TrMean(f=2)),  # floor(0.25 * 8) = 2
+        (Krum(f=2), lambda: byzfl.Krum(f=2)),
+        (MultiKrum(f=2), lambda: byzfl.MultiKrum(f=2)),
+    ],
+)
+def test_fedavg_server_round_equals_byzfl_on_the_chosen_updates(defense, oracle):
+    updates = torch.as_tensor(np.random.default_rng(5).normal(size=(12, 6)))
+    chosen = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11])
+    weights, held = torch.ones(12, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    off = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    got = defense.federate(updates, weights, chosen, held, off, 0)
+    np.testing.assert_allclose(got.numpy(), oracle()(updates[chosen].numpy()), rtol=1e-12)
+
+
+def test_fedavg_centred_clipping_is_centred_on_the_global_model():
+    updates = torch.as_tensor(np.random.default_rng(6).normal(size=(5, 3)))
+    held = torch.full((3,), 0.5, dtype=torch.float64)
+    off = Recorder.broadcast(np.zeros(0, dtype=np.int64), False)
+    got = CentredClipping(tau=0.3).federate(updates, torch.ones(5), torch.arange(5), held, off, 0)
+    pulled = updates - held
+    pulled = pulled * (0.3 / pulled.norm(dim=1, keepdim=True)).clamp(max=1.0)
+    np.testing.assert_allclose(got.numpy(), (held + pulled.mean(0)).numpy(), rtol=1e-12)
