@@ -143,6 +143,19 @@ def _note_unswept(plan: Plan) -> None:
         )
 
 
+def _already_completed(plan: Plan, folder: Path) -> bool:
+    """A resumed run whose folder holds a completed run of this config: said, and Hydra is not called,
+    since Hydra writes the job's ``.hydra`` files (config, overrides) before any task runs; a skip touches
+    nothing."""
+    from decpriv.report.resume import already_completed
+
+    digest = (plan.digests or [None])[0]
+    if not plan.resuming or digest is None or not already_completed(folder, digest):
+        return False
+    Console().print(f"[dim]skipped: already completed in {folder}[/]", highlight=False)
+    return True
+
+
 def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
     """``args``: the command line after ``run``, handed to Hydra as typed (``ns``: the same, parsed)."""
     from decpriv.scheduler import stop_on_sigterm
@@ -172,6 +185,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     except ConfigError as error:
         print_error(str(error))
         return 2
+    if not multirun and _already_completed(plan, folder):
+        return 0
     if not multirun:
         _note_unswept(plan)
     began = datetime.now().replace(microsecond=0)

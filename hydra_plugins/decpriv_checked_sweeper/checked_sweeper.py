@@ -69,6 +69,21 @@ def with_stand_in_launcher(config: DictConfig) -> DictConfig:
     return swapped
 
 
+def _same_run(config: DictConfig, folder: Path) -> bool:
+    """Whether ``config`` (a job's, composed) resumes and ``folder`` holds its completed run, as the job
+    itself would decide (``decpriv.cli.job``)."""
+    from decpriv.experiment import config_digest, flatten_config
+    from decpriv.report.resume import already_completed, take_resume
+
+    choices = {k: v for k, v in config.hydra.runtime.choices.items() if not k.startswith("hydra")}
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+        if not take_resume(task):
+            return False
+    return already_completed(folder, config_digest(flatten_config(task, choices)))
+
+
 class CheckedSweeper(Sweeper):
     def __init__(
         self,
@@ -113,6 +128,8 @@ class CheckedSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         launcher = str(self.config.hydra.launcher.get("_target_"))
+        if not self.prechecked:  # a preset's own sweep: decpriv run could not name the jobs it keeps
+            self.kept_jobs |= self._completed(sweep_dir, jobs)
         open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
         returns = []
         try:
@@ -124,6 +141,26 @@ class CheckedSweeper(Sweeper):
             raise
         close_ledger(sweep_dir)
         return returns
+
+    def _completed(self, sweep_dir: Path, jobs: list[list[str]]) -> set[int]:
+        """The jobs of a resumed sweep whose folder holds a completed run of the job's config (each
+        composed here, as Hydra's basic sweeper checks its jobs): they are not launched, since Hydra writes
+        a launched job's ``.hydra`` files before the job could say it has nothing to do."""
+        from decpriv.errors import ConfigError
+        from decpriv.report.run_folder import read_status
+
+        assert self.config is not None and self.hydra_context is not None
+        found = set()
+        for num, job in enumerate(jobs):
+            try:
+                done = read_status(sweep_dir / str(num)).get("status") == "completed"
+            except ConfigError:  # a corrupt run.json: the job runs again
+                done = False
+            if done and _same_run(
+                self.hydra_context.config_loader.load_sweep_config(self.config, job), sweep_dir / str(num)
+            ):
+                found.add(num)
+        return found
 
     def _launch(self, sweep_dir: Path, block: range, batch: list[list[str]]) -> list[Any]:
         """One block of jobs; what the launcher reports as failed (or the whole block, when the launcher
