@@ -92,10 +92,14 @@ def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
         ledger = json.loads(file.read_text())
     except (OSError, ValueError) as error:
         raise ConfigError(
-            f"{file}: unreadable or corrupt ({error}); restore it or delete the sweep folder"
+            f"{file}: unreadable or corrupt ({error}); restore it, or delete ledger.json alone (the job "
+            "folders keep every run)"
         ) from None
     if not isinstance(ledger, dict) or not isinstance(ledger.get("jobs"), list):
-        raise ConfigError(f"{file}: not a decpriv sweep ledger; restore it or delete the sweep folder")
+        raise ConfigError(
+            f"{file}: not a decpriv sweep ledger; restore it, or delete ledger.json alone (the job folders "
+            "keep every run)"
+        )
     return ledger
 
 

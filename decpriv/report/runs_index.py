@@ -13,7 +13,7 @@ import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
-from decpriv.report.run_folder import read_status, read_table
+from decpriv.report.run_folder import read_status, read_summary
 
 COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
     "run",
@@ -59,8 +59,13 @@ def _row(folder: Path) -> dict:
     """A run's index row: what ran (protocol, attack, topology) and the attack's first headline metric
     beside its baseline (decpriv/report/headline.py); a run without an attack, its first training metric."""
     meta = read_status(folder)
-    summary_file = folder / "summary.csv"
-    summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
+    summary = {}
+    if (folder / "summary.csv").is_file():
+        try:
+            summary = read_summary(folder).to_dict()
+        except ConfigError as error:  # cut or changed: listed, never as a result
+            warnings.warn(str(error), stacklevel=1)
+            meta = {**meta, "status": "corrupt"}
     first = None  # a run that did not complete has no finding: its status says why
     if meta.get("status") == "completed":
         first = next(iter(headline.of_run(meta, summary or None)), None)
@@ -91,7 +96,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     for file in root.rglob("run.json"):
         try:
             rows.append(_row(file.parent))
-        except (ConfigError, IndexError) as error:  # one corrupt folder must not hide the others
+        except ConfigError as error:  # one corrupt folder must not hide the others
             warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
     filters = filters or {}
     known = set().union(*(r["_fields"] for r in rows)) if rows else set()

@@ -1,0 +1,114 @@
+"""Records that say when they are not whole (issue 48): a table cut or changed since its run wrote it is
+refused by every reader in one sentence (run.json's marks); a table name cannot leave the run folder."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import QUICK
+
+from decpriv import NO_USER_CONF
+from decpriv.cli import main
+
+pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> Path:
+    """One completed quick run (with an attack: its summary has a headline and a baseline)."""
+    root = tmp_path_factory.mktemp("whole")
+    line = [*QUICK[:2], "plots=false", f"hydra.run.dir={root / 'run'}"]
+    assert main(["run", *line]) == 0
+    return root / "run"
+
+
+def _copy(whole: Path, tmp_path: Path, name: str = "r") -> Path:
+    target = tmp_path / name
+    shutil.copytree(whole, target)
+    return target
+
+
+def _cut(file: Path, keep: int) -> None:
+    file.write_bytes(file.read_bytes()[:keep])
+
+
+def test_run_json_marks_every_table_it_wrote(whole):
+    marks = json.loads((whole / "run.json").read_text())["tables"]
+    assert set(marks) == {p.name for p in whole.glob("*.csv")}
+    summary = whole / "summary.csv"
+    assert marks["summary.csv"]["rows"] == 1 and marks["summary.csv"]["bytes"] == summary.stat().st_size
+
+
+def test_a_summary_cut_mid_row_is_refused_by_every_reader(whole, tmp_path, monkeypatch, capsys):
+    from decpriv.api import load
+    from decpriv.errors import ConfigError
+    from decpriv.report.resume import already_completed
+    from decpriv.report.runs_index import index
+
+    run = _copy(whole, tmp_path)
+    size = (run / "summary.csv").stat().st_size
+    _cut(run / "summary.csv", size - 9)  # the last cells cut: it still parses as one row
+    assert len(pd.read_csv(run / "summary.csv")) == 1  # what readers used to show as the result
+    said = f"{run / 'summary.csv'}: cut: it holds {size - 9} of the {size} bytes (1 rows) the run wrote"
+    for command in (["show", str(run)], ["report", str(run)], ["diff", str(whole), str(run)]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err, (command, err)
+    with pytest.raises(ConfigError, match="cut: it holds"):
+        load(run)
+    with pytest.warns(UserWarning, match="cut: it holds"):
+        table = index(tmp_path)
+    assert list(table.status) == ["corrupt"] and table.headline.iloc[0] == ""
+    digest = json.loads((run / "run.json").read_text())["config_digest"]
+    assert not already_completed(run, digest)  # resume=true reruns it
+
+
+def test_a_summary_cut_in_its_header_or_changed_is_one_sentence(whole, tmp_path, capsys):
+    run = _copy(whole, tmp_path)
+    _cut(run / "summary.csv", 40)
+    assert main(["report", str(run)]) == 2  # was a raw IndexError
+    assert "cut: it holds 40 of the" in capsys.readouterr().err
+    other = _copy(whole, tmp_path, "changed")
+    text = (other / "summary.csv").read_text()
+    (other / "summary.csv").write_text(text.replace(",completed,", ",completed,", 1).replace("0.", "1.", 1))
+    assert main(["show", str(other)]) == 2
+    assert "changed since the run wrote it" in capsys.readouterr().err
+
+
+def test_a_summary_without_a_row_and_without_a_mark_is_refused_not_an_index_error(whole, tmp_path, capsys):
+    run = _copy(whole, tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    del meta["tables"]  # a run written before the marks
+    (run / "run.json").write_text(json.dumps(meta))
+    header = (run / "summary.csv").read_text().splitlines()[0]
+    (run / "summary.csv").write_text(header + "\n")
+    for command in ("show", "report"):
+        assert main([command, str(run)]) == 2
+        assert "summary.csv: holds no row (cut inside its header" in capsys.readouterr().err
+
+
+def test_an_unreadable_table_says_so_not_restore(whole, tmp_path, capsys):
+    import os
+
+    if os.geteuid() == 0:
+        from decpriv.report.run_folder import unreadable
+
+        said = str(unreadable(Path("x.csv"), PermissionError(13, "Permission denied")))
+        assert said == "x.csv: cannot be read (Permission denied); give yourself read permission (chmod u+r)."
+        return
+    run = _copy(whole, tmp_path)
+    (run / "nodes.csv").chmod(0)
+    assert main(["show", str(run)]) == 2
+    assert "cannot be read (Permission denied); give yourself read permission" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../outside", "sub/inner", "/tmp/abs", "..", ".hidden", ""])
+def test_a_table_name_that_is_a_path_is_refused_and_nothing_written(name, tmp_path):
+    from decpriv.report.run_folder import RunFolder
+
+    folder = RunFolder(tmp_path / "run")
+    with pytest.raises(ValueError, match="its name is a plain file name"):
+        folder.write_table(name, pd.DataFrame({"a": [1]}))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run"]
