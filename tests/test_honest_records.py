@@ -112,3 +112,68 @@ def test_a_table_name_that_is_a_path_is_refused_and_nothing_written(name, tmp_pa
     with pytest.raises(ValueError, match="its name is a plain file name"):
         folder.write_table(name, pd.DataFrame({"a": [1]}))
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["run"]
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            ["seed=0,1", "seed=2,3"],
+            "seed=0,1 and seed=2,3 both set seed, and Hydra keeps the last one alone, ",
+        ),
+        (
+            ["seed=range(0,3)", "seed=1"],
+            "so the sweep would run seed=1 only; give seed once, with every value",
+        ),
+    ],
+)
+def test_a_key_given_twice_in_a_sweep_is_refused(line, said, tmp_path, monkeypatch, capsys):
+    from conftest import refused
+
+    monkeypatch.chdir(tmp_path)
+    assert said in refused(capsys, "run", "-m", *line, *QUICK)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_sweep_without_its_plan_files_never_takes_a_verdict_for_a_swept_key(tmp_path, monkeypatch):
+    """summary.csv and multirun.yaml gone, the ledger intact: the ledger names the swept keys; with the
+    ledger gone too, the config columns that vary, never a metric such as the verdict."""
+    from decpriv.report.aggregate import aggregate, load_sweep
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "seed=0,1", *QUICK[:2], "plots=false", "hydra.sweep.dir=sw"]) == 0
+    verdicts = {json.loads(Path(f"sw/{j}/run.json").read_text())["metrics"].count("verdict") for j in (0, 1)}
+    assert verdicts == {1} and pd.read_csv("sw/summary.csv")["verdict"].nunique() == 2  # they differ
+    for gone in ("summary.csv", "multirun.yaml", "ledger.json"):
+        Path("sw", gone).unlink()
+        sweep = load_sweep("sw")
+        assert sweep.keys == ["seed"], gone
+        table = aggregate(sweep)
+        assert set(table["count"]) == {2}, gone  # one row over the two seeds, not two rows of n=1
+
+
+def test_a_full_disk_during_a_sweep_ends_in_one_sentence_with_the_ledger_finished(
+    tmp_path, monkeypatch, capsys
+):
+    """The disk fills once the first job has run (every later write of the sweep's table fails): no
+    traceback, the ledger records the sweep's end and why, and the exit status says it did not finish."""
+    import errno
+
+    import decpriv.report.ledger as ledger
+
+    monkeypatch.chdir(tmp_path)
+    real, calls = ledger.write_csv, []
+
+    def filling(path, table):
+        calls.append(path)
+        if len(calls) >= 3:  # the plan, job 0's start, then nothing more
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, table)
+
+    monkeypatch.setattr(ledger, "write_csv", filling)
+    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=fd"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "error: the sweep stopped: OSError: [Errno 28] No space left on device" in err
+    record = json.loads(Path("fd/ledger.json").read_text())
+    assert record["finished"] and record["failed"].startswith("OSError: [Errno 28]")

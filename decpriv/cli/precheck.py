@@ -128,7 +128,9 @@ def refuse_repeated(overrides: list[str]) -> None:
     tables would count it twice (two seeds): refused in one sentence before any job starts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(overrides)}
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    _refuse_twice_given(parsed)
+    final = {o.get_key_element(): o for o in parsed}
     for key, override in final.items():
         if not override.is_sweep_override() or not override.is_discrete_sweep():
             continue
@@ -142,6 +144,21 @@ def refuse_repeated(overrides: list[str]) -> None:
                     "same job twice and count it twice; give each value once"
                 )
             seen[same] = text
+
+
+def _refuse_twice_given(parsed: list[Any]) -> None:
+    """A key given twice in a sweep, once swept (``seed=0,1 seed=2,3``, ``seed=range(0,3) seed=1``):
+    Hydra keeps the last one alone, so the sweep would silently run fewer jobs than the line reads."""
+    first: dict[str, Any] = {}
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        earlier = first.setdefault(key, override)
+        if earlier is not override and (earlier.is_sweep_override() or override.is_sweep_override()):
+            raise ConfigError(
+                f"{earlier.input_line} and {override.input_line} both set {key}, and Hydra keeps the last one "
+                f"alone, so the sweep would run {override.input_line} only; give {key} once, with every "
+                "value it should take"
+            )
 
 
 def _comparable_value(value: Any) -> Any:

@@ -85,6 +85,7 @@ def _not_completed(sweep: Path, table) -> str:
 def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
     """The sweep's folder and the jobs that did not complete, from its ledger: 1 when any did not."""
     from decpriv.report.aggregate import across_jobs
+    from decpriv.report.ledger import read_ledger
     from decpriv.report.resume import kept_before
     from decpriv.report.text import shown_path
 
@@ -97,13 +98,19 @@ def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -
     line = across_jobs(sweep, table)  # the finding over the jobs, not only where it lies
     if line:
         console.print(line, highlight=False)
+    failed = (read_ledger(sweep) or {}).get("failed")
+    if failed:
+        print_stderr(
+            f"[bold red]error:[/] the sweep stopped: {escape(failed)}; free space or make {sweep} writable, "
+            "then resume=true reruns the jobs that did not complete."
+        )
     if (table["status"] != "completed").any():
         print_stderr(
             f"[red]{escape(_not_completed(sweep, table))}[/] (summary.csv, decpriv show {sweep}); "
             f"resume=true reruns them."
         )
         return 1
-    return 0
+    return 1 if failed else 0
 
 
 def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, count: int) -> int:
@@ -196,4 +203,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
         _run_hydra([*args, *added], plan.prebuilt)
     except KeyboardInterrupt as stop:
         return _interrupted(stop, multirun, folder, plan.count)
+    except SystemExit as ended:  # Hydra said why the sweep stopped (a full disk): then what it left
+        if not multirun or ended.code in (0, None):
+            raise
+        return max(_sweep_outcome(folder, plan, began, console), 1)
     return _sweep_outcome(folder, plan, began, console) if multirun else 0

@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobStatus
+from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -41,6 +42,10 @@ class CheckedSweeperConf:
 ConfigStore.instance().store(
     group="hydra/sweeper", name="checked", node=CheckedSweeperConf, provider="decpriv"
 )
+
+
+class SweepStopped(CompactHydraException):
+    """An error that stopped the sweep (its ledger says so): Hydra prints its one sentence, no traceback."""
 
 
 def launch_blocks(count: int, kept: set[int], size: int | None) -> list[range]:
@@ -136,11 +141,31 @@ class CheckedSweeper(Sweeper):
             with folded_scheduler_warnings(sweep_dir):
                 for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
                     returns.append(self._launch(sweep_dir, block, [[*jobs[num], *facts] for num in block]))
+            close_ledger(sweep_dir)
         except KeyboardInterrupt as stop:
             close_ledger(sweep_dir, stopped_by=stopping_signal(stop))
             raise
-        close_ledger(sweep_dir)
+        except OSError as error:  # a full disk, a removed folder: the ledger says so, decpriv run too
+            self._stopped_by(sweep_dir, error)
         return returns
+
+    @staticmethod
+    def _stopped_by(sweep_dir: Path, error: OSError) -> None:
+        """Close the ledger with the error that stopped the sweep (``decpriv run`` says it in one
+        sentence); when even that cannot be written, Hydra prints the sentence (a compact error)."""
+        from decpriv.report.ledger import close_ledger, read_ledger
+        from decpriv.report.run_folder import error_text
+
+        try:
+            close_ledger(sweep_dir, failed=error_text(error))
+        except OSError:
+            if (read_ledger(sweep_dir) or {}).get("failed"):
+                return  # ledger.json says it; only its rendering, summary.csv, could not be written
+            raise SweepStopped(
+                f"error: the sweep in {sweep_dir} stopped: {error_text(error)}, and its ledger could not "
+                "record it; free space or make the folder writable, then resume=true reruns the jobs that "
+                "did not complete."
+            ) from None
 
     def _completed(self, sweep_dir: Path, jobs: list[list[str]]) -> set[int]:
         """The jobs of a resumed sweep whose folder holds a completed run of the job's config (each
