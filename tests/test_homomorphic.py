@@ -81,14 +81,120 @@ def test_a_corrupt_client_holds_the_shared_key_and_reads_every_update():
     "overrides, words",
     [
         (["protocol=dsgd"], "use protocol=fedavg or fedsgd, where a server adds ciphertexts"),
-        (["defense.poly_modulus_degree=4096"], "128-bit security at N=4096 allows at most 109 bits"),
-        (["defense.coeff_mod_bit_sizes=[40,40]"], "below the first prime"),
+        (
+            ["defense.poly_modulus_degree=4096"],
+            "sums to 200 bits, and 128-bit security at N=4096 allows at most",
+        ),
+        (["defense.coeff_mod_bit_sizes=[40,40]"], "scale out of bounds"),
         (["defense.poly_modulus_degree=1000"], "not one of its choices"),
     ],
 )
 def test_settings_where_encryption_hides_nothing_or_is_insecure_are_refused(overrides, words):
     with pytest.raises(ConfigError, match=words):
         build(compose_config([*SMALL, "defense=homomorphic", *overrides])[0])
+
+
+# (N, primes, scale bits): what SEAL itself does with them, the independent path the check must agree with
+SETTINGS = [
+    (8192, (21, 20), 20),  # scale against the data primes' whole modulus, not the first prime alone
+    (8192, (60, 40, 40, 60), 40),
+    (8192, (60,), 40),  # one prime: no key switching
+    (8192, (60, 20, 60), 40),  # a data prime below the scale is fine: only additions, no rescaling
+    (8192, (25, 20), 22),
+    (8192, (40, 20), 39),
+    (8192, (22, 20), 20),
+    (8192, (22, 22), 21),
+    (8192, (60, 60), 59),
+    (8192, (20,) * 10, 19),  # too few 20-bit primes = 1 mod 2N
+    (16384, (20,) * 6, 19),
+    (32768, (20, 20, 20), 19),
+    (2048, (27, 27), 20),
+    (2048, (20, 20), 19),
+    (4096, (20,) * 5, 19),
+    (4096, (30, 30, 30, 20), 25),
+]
+
+
+def _seal_accepts(n, bits, scale) -> bool:
+    try:
+        context = ts.context(ts.SCHEME_TYPE.CKKS, poly_modulus_degree=n, coeff_mod_bit_sizes=list(bits))
+        context.global_scale = 2.0**scale
+        server = ts.context_from(context.serialize(save_secret_key=False))
+        sent = ts.ckks_tensor(context, ts.plain_tensor(np.full(n // 2, 0.1)), batch=True).serialize()
+        total = ts.ckks_tensor_from(server, sent)
+        total += ts.ckks_tensor_from(server, sent)
+        ts.ckks_tensor_from(context, total.serialize()).decrypt()
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("n, bits, scale", SETTINGS)
+def test_the_check_refuses_exactly_what_seal_refuses(n, bits, scale):
+    from decpriv.defenses.ckks import CkksParameters as Checked
+
+    try:
+        Checked(n, bits, scale).check()
+        accepted = True
+    except ConfigError:
+        accepted = False
+    assert accepted == _seal_accepts(n, bits, scale)
+
+
+def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
+    """Each refusal before torch is imported (the README's refusals under a second), in its own sentence."""
+    import subprocess
+    import sys
+
+    cases = {
+        "defense.coeff_mod_bit_sizes=[60]": "needs two or more primes",
+        "defense.coeff_mod_bit_sizes=[]": "needs two or more primes",
+        "defense.coeff_mod_bit_sizes=[60,40,40,19]": "lists a 19-bit prime",
+        "defense.coeff_mod_bit_sizes=[60,40,40,60,60]": "sums to 260 bits",
+        "defense.coeff_mod_bit_sizes=[21,20]": "(SEAL: scale out of bounds)",
+        "defense.poly_modulus_degree=32768": "",  # valid alone: the next case makes it refuse
+    }
+    extra = {
+        "defense.poly_modulus_degree=32768": [
+            "defense.coeff_mod_bit_sizes=[20,20,20]",
+            "defense.scale_bits=19",
+        ]
+    }
+    lines = [[override, *extra.get(override, [])] for override in cases]
+    script = (  # one interpreter for every case: torch must still be absent after the last
+        "import sys, contextlib, io, json\nfrom decpriv.cli import main\nfound = []\n"
+        "for line in json.loads(sys.argv[1]):\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        code = main(['run', 'defense=homomorphic', 'defense.scale_bits=20', *line])\n"
+        "    found.append([code, err.getvalue().strip()])\n"
+        "print(json.dumps([found, 'torch' in sys.modules]))\n"
+    )
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(lines)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found, torch_loaded = json.loads(out.stdout)
+    assert not torch_loaded
+    for (override, words), (code, said) in zip(cases.items(), found, strict=True):
+        assert code == 2 and words in said and len(said.splitlines()) == 1, said
+    assert "only 1 such prime (= 1 mod 2N) exist (SEAL: failed to find enough qualifying" in found[-1][1]
+
+
+def test_a_large_decryption_error_is_measured_and_warned_of():
+    """scale_bits=25: about 2^(13 - 25) = 2.4e-4 a coordinate, measured within a factor of 4 (the yaml's
+    claim), and warned of."""
+    with pytest.warns(UserWarning, match="homomorphic: CKKS decrypts the round-0 aggregate"):
+        setup, _, _ = pipeline(
+            ["defense=homomorphic", *SMALL_CKKS, "defense.scale_bits=25", "protocol.rounds=1"]
+        )
+    error = setup.defense.summary()["he_max_abs_error"]
+    assert 2.0 ** (13 - 25) / 4 < error < 2.0 ** (13 - 25) * 4
 
 
 def test_parameters_default_to_128_bit_security():

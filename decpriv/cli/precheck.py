@@ -51,6 +51,7 @@ def check_job(
 
     validate(cfg, recorded_only=True)  # a bad value refused before torch loads (decpriv/declarations.py)
     check_choices(cfg, choices)
+    _torch_free_checks(cfg)
     from decpriv import experiment
     from decpriv.report.resume import check_fixed_folder, take_resume
 
@@ -62,6 +63,21 @@ def check_job(
     check_adversary_read(choices, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest
+
+
+# Checks of several keys at once that a plugin keeps in a module without torch, run before the build
+# (which imports torch: seconds): CKKS's parameters as SEAL would refuse them mid-run.
+TORCH_FREE_CHECKS = {"decpriv.defenses.homomorphic.Homomorphic": "decpriv.defenses.ckks.check_config"}
+
+
+def _torch_free_checks(cfg: DictConfig) -> None:
+    from hydra.utils import get_method
+
+    for group in ("defense",):
+        node = cfg.get(group)
+        check = TORCH_FREE_CHECKS.get(str(node.get("_target_"))) if node is not None else None
+        if check is not None:
+            get_method(check)(node)
 
 
 def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, str | None]:
