@@ -181,7 +181,7 @@ def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
     )
     found, torch_loaded = json.loads(out.stdout)
     assert not torch_loaded
-    for (override, words), (code, said) in zip(cases.items(), found, strict=True):
+    for words, (code, said) in zip(cases.values(), found, strict=True):
         assert code == 2 and words in said and len(said.splitlines()) == 1, said
     assert "only 1 such prime (= 1 mod 2N) exist (SEAL: failed to find enough qualifying" in found[-1][1]
 
