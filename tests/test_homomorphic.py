@@ -197,6 +197,15 @@ def test_a_large_decryption_error_is_measured_and_warned_of():
     assert 2.0 ** (13 - 25) / 4 < error < 2.0 ** (13 - 25) * 4
 
 
+def test_the_comparison_table_names_the_method_of_its_epsilon_and_no_job_order_timing():
+    from benchmarks.defense_comparison import hides
+
+    row = pd.Series({"defense": "dpsgd", "epsilon": 106.3, "epsilon_method": "PLD (dp-accounting)"})
+    assert hides(row) == "one sample's influence, epsilon = 106 (PLD (dp-accounting)), from everyone"
+    text = Path(__file__).parents[1].joinpath("docs/secure_aggregation.md").read_text()
+    assert "epsilon = 130 (RDP)" not in text and "simulate vs none" not in text
+
+
 def test_parameters_default_to_128_bit_security():
     he = Homomorphic()
     assert sum(he.params.coeff_mod_bit_sizes) <= 218 and he.params.poly_modulus_degree == 8192
@@ -288,6 +297,7 @@ def check_comparison(sweep: Path) -> None:
     script = [sys.executable, "-m", "benchmarks.defense_comparison", str(sweep)]
     printed = subprocess.run(script, cwd=root, capture_output=True, text=True, check=True).stdout
     assert "| `homomorphic` |" in printed and "ciphertexts only" in printed
+    assert f"({rows.loc['dpsgd', 'epsilon_method']})" in printed and "simulate vs none" not in printed
 
 
 @pytest.mark.slow
