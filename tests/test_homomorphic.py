@@ -305,3 +305,40 @@ def test_the_comparison_preset_measures_the_slides_claims(cli, tmp_path):
     """experiment=dml_slides_defenses: 6 jobs, 7 minutes on 2 loaded cores."""
     cli("run", "-m", "experiment=dml_slides_defenses", "hydra.sweep.dir=sweep", check=True)
     check_comparison(tmp_path / "sweep")
+
+
+def test_flooding_the_decryption_adds_the_noise_it_names_and_no_two_runs_share_it():
+    """flood_bits=17 at scale_bits=40: std 2^17 x 2^(13 - 40) = 2^-10 a coordinate of the released sum,
+    measured as the error (the largest of p = 650 Gaussians: 2 to 5 std); drawn from the OS, not the seed."""
+    line = ["defense=homomorphic", *SMALL_CKKS, "defense.flood_bits=17", "protocol.rounds=1"]
+    first, a, _ = pipeline(line)
+    _, b, _ = pipeline(line)
+    summary = first.defense.summary()
+    assert summary["he_flood_std"] == 2.0**-10 and summary["he_decryption"] == "flooded"
+    assert 2 * 2.0**-10 < summary["he_max_abs_error"] < 5 * 2.0**-10
+    assert not torch.equal(a.final, b.final)  # the server cannot take the same noise off again
+
+
+def test_diff_of_two_ckks_runs_says_they_repeat_only_within_the_ckks_error(tmp_path, monkeypatch, capsys):
+    from decpriv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    line = [
+        "run",
+        "defense=homomorphic",
+        *SMALL_CKKS,
+        *FEDAVG[:3],
+        "protocol.rounds=1",
+        "~attack",
+        "plots=false",
+    ]
+    for name in ("a", "b"):
+        assert main([*line, f"hydra.run.dir={name}"]) == 0
+    capsys.readouterr()
+    assert main(["diff", "a", "b"]) == 1  # the times at least differ
+    out = capsys.readouterr().out
+    error = max(pd.read_csv(f"{x}/summary.csv").he_max_abs_error.iloc[0] for x in "ab")
+    assert f"they repeat only within its error ({error:.2g} a coordinate of an aggregate" in " ".join(
+        out.split()
+    )
+    assert pd.read_csv("a/summary.csv").he_repeatable.iloc[0].startswith("within he_max_abs_error")

@@ -13,6 +13,14 @@ approximation error (measured every round: about 2^(13 - scale_bits) a coordinat
 scale_bits = 40, 0.05 at 20; a warning when it exceeds 1e-4). Every step is real: real keys,
 real ciphertexts of the real updates, their real sizes and times.
 
+The server receives the decrypted sum back. A CKKS decryption is approximate, m + e, and its exact value
+shown to whoever holds the ciphertext reveals e, a linear equation in the secret key: Li and Micciancio's
+passive key-recovery attack ("On the Security of Homomorphic Encryption on Approximate Numbers",
+EUROCRYPT 2021; their IND-CPA^D setting). ``flood_bits`` adds noise of std 2^flood_bits times CKKS's
+error to the released sum (noise flooding, the remedy they discuss and OpenFHE implements): it drowns e at
+the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it the
+runs model the exposure; the key recovery itself is not simulated.
+
 What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
 ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
 (``Transcript.aggregates``), which every client receives. A single shared key means any key holder can
@@ -20,6 +28,7 @@ decrypt any update it intercepts: if the adversary controls a client (``adversar
 key and its record is every update in the clear.
 """
 
+import secrets
 import time
 import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -101,8 +110,11 @@ class Homomorphic(Defense):
         poly_modulus_degree: Degree = 8192,
         coeff_mod_bit_sizes: tuple[int, ...] = (60, 40, 40, 60),
         scale_bits: Annotated[int, Range(ge=20, le=59, what="the CKKS scale's bits", eg=40)] = 40,
+        flood_bits: Annotated[int, Range(ge=1, le=40, what="the flooding noise's bits", eg=20)] | None = None,
     ):
         self.params = CkksParameters(poly_modulus_degree, tuple(coeff_mod_bit_sizes), scale_bits)
+        # Li and Micciancio's passive key recovery reads the exact decryption: flooding drowns its error
+        self.flood_std = None if flood_bits is None else 2.0**flood_bits * self.params.error_bound
         self.params.check()
         self._cost = {"bytes_up": 0, "bytes_down": 0, "encrypt": 0.0, "aggregate": 0.0, "decrypt": 0.0}
         self._rounds, self._updates, self._p = 0, 0, 0
@@ -148,7 +160,7 @@ class Homomorphic(Defense):
         encrypted = time.perf_counter()
         summed = self._server.add(wire)
         added = time.perf_counter()
-        aggregate = self._keys.decrypt(summed, self._p)
+        aggregate = self._flooded(self._keys.decrypt(summed, self._p))
         cost = self._cost
         cost["encrypt"] += encrypted - clock
         cost["aggregate"] += added - encrypted
@@ -156,7 +168,7 @@ class Homomorphic(Defense):
         cost["bytes_up"] += sum(len(blob) for blob in wire)
         cost["bytes_down"] += len(summed)
         self._errors.append(float(np.abs(aggregate - contributions.sum(0)).max()))
-        if self._errors[-1] > LARGE_ERROR and not self._warned:
+        if self._errors[-1] > LARGE_ERROR and not self._warned and self.flood_std is None:
             self._warned = True
             warnings.warn(
                 f"homomorphic: CKKS decrypts the round-{round_} aggregate {self._errors[-1]:.2g} off a coordinate "
@@ -170,6 +182,15 @@ class Homomorphic(Defense):
         if recorder.enabled:
             self._record(updates, order, held, result, recorder, round_)
         return result
+
+    def _flooded(self, decrypted: np.ndarray) -> np.ndarray:
+        """The decrypted sum as the key holders release it: with ``flood_bits``, plus Gaussian noise of
+        std 2^flood_bits times CKKS's error (noise flooding, OpenFHE's NOISE_FLOODING_DECRYPT), drawn from
+        the operating system: noise drawn from the run's seed could be recomputed and taken off."""
+        if self.flood_std is None:
+            return decrypted
+        noise = np.random.default_rng(secrets.randbits(128)).normal(0.0, self.flood_std, decrypted.shape)
+        return decrypted + noise
 
     def _check_range(self, contributions: np.ndarray) -> None:
         peak = float(np.abs(contributions).sum(0).max()) if contributions.size else 0.0
@@ -214,4 +235,8 @@ class Homomorphic(Defense):
             "he_decrypt_seconds_per_round": cost["decrypt"] / rounds,
             "he_max_abs_error": max(self._errors, default=float("nan")),
             "he_mean_round_max_abs_error": float(np.mean(self._errors)) if self._errors else float("nan"),
+            # SEAL draws the encryption noise from the operating system: runs repeat within the error
+            "he_repeatable": "within he_max_abs_error a coordinate a round (SEAL's noise, not the seed's)",
+            "he_decryption": "flooded" if self.flood_std is not None else "exact, to the server (IND-CPA^D)",
+            "he_flood_std": self.flood_std,
         }

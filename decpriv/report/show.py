@@ -388,7 +388,26 @@ def print_diff(
                 parts = [line] if len(line) <= console.width else line.split("; ")
                 console.print("\n  ".join(parts), highlight=False)
     console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
+    note = _unrepeatable(a, b) if differ else None
+    if note:
+        console.print(note, highlight=False)
     return 1 if differ else 0
+
+
+def _unrepeatable(a: Path, b: Path) -> str | None:
+    """Two runs whose noise is not the seed's (CKKS: SEAL draws it) repeat only within their recorded
+    error: said under the verdict, with that error, so a difference is read against it."""
+    if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
+        return None
+    summaries = [read_summary(x) for x in (a, b)]
+    if not all(isinstance(s.get("he_repeatable"), str) for s in summaries):
+        return None
+    error = max(float(s.get("he_max_abs_error", float("nan"))) for s in summaries)
+    return (
+        f"note: both runs encrypt with CKKS (defense=homomorphic), whose noise SEAL draws from the operating "
+        f"system, not from the seed: they repeat only within its error ({error:.2g} a coordinate of an "
+        "aggregate, he_max_abs_error, carried through training), and its ciphertext sizes and times vary."
+    )
 
 
 def headline_pair(a: Path, b: Path) -> pd.DataFrame:
