@@ -177,3 +177,22 @@ def test_a_full_disk_during_a_sweep_ends_in_one_sentence_with_the_ledger_finishe
     assert "error: the sweep stopped: OSError: [Errno 28] No space left on device" in err
     record = json.loads(Path("fd/ledger.json").read_text())
     assert record["finished"] and record["failed"].startswith("OSError: [Errno 28]")
+
+
+def test_runs_at_80_columns_keeps_the_headline_with_paths_relative_to_the_root(whole, tmp_path, capsys):
+    from rich.console import Console
+
+    from decpriv.cli.reading import runs_command
+
+    deep = tmp_path / "root" / "a" / "long" / "chain" / "of" / "folders" / "run-with-a-long-name-2026-11-28"
+    shutil.copytree(whole, deep)
+    console = Console(width=80, force_terminal=False)
+    import argparse
+
+    assert runs_command(argparse.Namespace(root=tmp_path / "root", filters=[], format="table"), console) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    assert lines[at].split()[:3] == ["run", "status", "headline"], lines
+    row = lines[at + 2]
+    assert "completed" in row and "=" in row and "vs" in row and str(tmp_path) not in row
+    assert max(map(len, lines)) <= 80

@@ -14,6 +14,7 @@ import pandas as pd
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
 from decpriv.report.run_folder import read_status, read_summary
+from decpriv.report.text import GAP
 
 COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
     "run",
@@ -114,16 +115,35 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     return table.sort_values(["started", "run"], kind="stable").reset_index(drop=True)
 
 
-def for_terminal(table: pd.DataFrame) -> pd.DataFrame:
+def for_terminal(
+    table: pd.DataFrame, root: Path | str | None = None, width: int | None = None
+) -> pd.DataFrame:
     """The index for reading: the headline named beside its value and baseline in one cell
-    (``mia_received_auc=0.5675 vs 0.5422 ✓``), third after the run and its status."""
+    (``mia_received_auc=0.5675 vs 0.5422 ✓``), third after the run and its status; the runs relative to
+    ``root`` and, at ``width`` columns, cut from the left so that run, status and headline always fit."""
     cells = [
         f"{name}={headline.cell({'better': better}, value, base)}" if name else ""
         for name, value, base, better in zip(
             table["headline"], table["value"], table["baseline"], table["better"], strict=True
         )
     ]
-    reading = table.assign(headline=cells).drop(columns=["value", "baseline", "better"])
+    runs = [_relative(run, root) for run in table["run"]]
+    if width is not None and runs:
+        lead = max(map(len, ["status", *table["status"].astype(str)])) + max(map(len, ["headline", *cells]))
+        runs = [_tail(run, max(width - lead - 2 * GAP, 12)) for run in runs]
+    reading = table.assign(headline=cells, run=runs).drop(columns=["value", "baseline", "better"])
     return reading[
         ["run", "status", "headline", *[c for c in reading if c not in ("run", "status", "headline")]]
     ]
+
+
+def _relative(run: str, root: Path | str | None) -> str:
+    try:
+        return Path(run).relative_to(Path(root)).as_posix() if root is not None else run
+    except ValueError:
+        return run
+
+
+def _tail(text: str, room: int) -> str:
+    """``text`` cut from the left to ``room`` characters (a run's own folder name is its end)."""
+    return text if len(text) <= room else "…" + text[len(text) - room + 1 :]
