@@ -196,3 +196,26 @@ def test_runs_at_80_columns_keeps_the_headline_with_paths_relative_to_the_root(w
     row = lines[at + 2]
     assert "completed" in row and "=" in row and "vs" in row and str(tmp_path) not in row
     assert max(map(len, lines)) <= 80
+
+
+def test_the_readme_names_what_the_python_api_returns(whole):
+    import re
+
+    from decpriv.api import load
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    said = readme[readme.index("From Python: `decpriv.api.run") :].split("\n\n")[0]
+    names = re.findall(r"`(\w+)`", said) + re.findall(r"`result\.(\w+)`", said)
+    result = load(whole)
+    assert names == ["path", "status", "tables", "summary", "history"]
+    assert all(hasattr(result, name) for name in names)
+    assert result.path == whole and result.summary["status"] == "completed"
+
+
+def test_the_softmax_null_preset_has_the_digits_a_node_the_readme_says():
+    from decpriv.api import compose_config
+    from decpriv.experiment import build
+
+    counts = set(build(compose_config(["experiment=mia_digits_softmax_null"])[0]).local.counts.tolist())
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert counts == {84, 85} and "With 84 or 85 digits a node and softmax regression" in readme
