@@ -219,3 +219,22 @@ def test_the_softmax_null_preset_has_the_digits_a_node_the_readme_says():
     counts = set(build(compose_config(["experiment=mia_digits_softmax_null"])[0]).local.counts.tolist())
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert counts == {84, 85} and "With 84 or 85 digits a node and softmax regression" in readme
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            ["defense=none", "+defense.clip=1.0"],
+            "defense.clip=1.0: the defense chosen takes no keys, and this one was set by a preset or the "
+            "command line for another; drop defense.clip, or choose a defense that reads it",
+        ),
+        (["protocol=admm", "defense=homomorphic"], "under PDMM (the protocol chosen) every node combines"),
+        (["protocol=admm", "defense=ledger"], "PDMM (the protocol chosen) has no server"),
+    ],
+)
+def test_refusals_name_what_the_user_chose(line, said, tmp_path, monkeypatch, capsys):
+    from conftest import refused
+
+    monkeypatch.chdir(tmp_path)
+    assert said in refused(capsys, "run", *line)

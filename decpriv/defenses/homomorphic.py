@@ -130,7 +130,8 @@ class Homomorphic(Defense):
             raise bad_value(
                 "defense",
                 self.name,
-                f"under protocol={protocol.name} every node combines the values it receives itself, so it "
+                f"under {type(protocol).__name__} (the protocol chosen) every node combines the values it "
+                "receives itself, so it "
                 "would need the key to every message and encryption would hide nothing from it",
                 "use protocol=fedavg or fedsgd, where a server adds ciphertexts it cannot decrypt",
             )

@@ -160,7 +160,7 @@ class UpdateLedger(Defense):
                 "defense",
                 self.name,
                 f"the ledger checks a server's aggregate against its clients' commitments, and "
-                f"protocol={setup.protocol.name} has no server",
+                f"{type(setup.protocol).__name__} (the protocol chosen) has no server",
                 "use protocol=fedavg or fedsgd",
             )
         if self.tamper != "none" and self.tamper_from >= setup.protocol.rounds:
