@@ -238,3 +238,18 @@ def test_refusals_name_what_the_user_chose(line, said, tmp_path, monkeypatch, ca
 
     monkeypatch.chdir(tmp_path)
     assert said in refused(capsys, "run", *line)
+
+
+def test_a_deleted_working_folder_is_one_sentence_and_no_traceback(tmp_path):
+    import subprocess
+
+    from conftest import DECPRIV
+
+    (tmp_path / "gone").mkdir()
+    shell = f"cd gone && rmdir ../gone && exec {DECPRIV} run {' '.join(QUICK)}"
+    done = subprocess.run(["sh", "-c", shell], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: the working folder no longer exists (deleted after this shell entered it), and decpriv run "
+        "writes its run folders and reads ./conf there; cd into an existing folder and run again."
+    )
