@@ -231,6 +231,12 @@ def test_the_softmax_null_preset_has_the_digits_a_node_the_readme_says():
         ),
         (["protocol=admm", "defense=homomorphic"], "under PDMM (the protocol chosen) every node combines"),
         (["protocol=admm", "defense=ledger"], "PDMM (the protocol chosen) has no server"),
+        (
+            ["defense=[homomorphic,ledger]"],
+            "defense=[homomorphic,ledger]: a run has one defense, and Hydra would merge these options' "
+            "settings into one defense that neither reads; choose one, or sweep them: -m "
+            "defense=homomorphic,ledger",
+        ),
     ],
 )
 def test_refusals_name_what_the_user_chose(line, said, tmp_path, monkeypatch, capsys):

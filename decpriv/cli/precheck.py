@@ -183,8 +183,30 @@ def _comparable_value(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, list | dict) else value
 
 
+def refuse_two_options(overrides: list[str]) -> None:
+    """``defense=[homomorphic,ledger]``: Hydra merges the options' yamls into one node (one ``_target_``,
+    both options' keys), which no plugin reads; a run has one option a group."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from decpriv.validation import PLUGIN_GROUPS
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's grammar: refused in its own words when composed
+        return
+    for override in parsed:
+        group = override.get_key_element().lstrip("+~")
+        if group in PLUGIN_GROUPS and not override.is_sweep_override() and isinstance(override.value(), list):
+            options = ",".join(map(str, override.value()))
+            raise ConfigError(
+                f"{override.input_line}: a run has one {group}, and Hydra would merge these options' settings "
+                f"into one {group} that neither reads; choose one, or sweep them: -m {group}={options}"
+            )
+
+
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
+    refuse_two_options(overrides)
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)
