@@ -122,7 +122,8 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
     monkeypatch.chdir(sweep.parent.parent)
     code, out, _ = _main(capsys, "runs", "--root", sweep.parent.name)
     assert code == 0 and max(map(len, out.splitlines())) <= 80 and "…" not in out
-    assert out.count(f"{sweep.parent.name}/{sweep.name}/") == 8  # every run's path whole, for decpriv show
+    # every run's path whole, relative to --root (the title names it): decpriv show ROOT/PATH
+    assert out.count(f"\n{sweep.name}/") == 8 and f"under {sweep.parent.name} (runs relative to it" in out
 
 
 def test_custom_plot_and_its_refusals(sweep, capsys):
