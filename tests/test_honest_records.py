@@ -135,28 +135,37 @@ def test_a_key_given_twice_in_a_sweep_is_refused(line, said, tmp_path, monkeypat
     assert not any(tmp_path.iterdir())
 
 
-def test_a_sweep_without_its_plan_files_never_takes_a_verdict_for_a_swept_key(tmp_path, monkeypatch):
+def test_a_sweep_without_its_plan_files_never_takes_a_verdict_for_a_swept_key(whole, tmp_path):
     """summary.csv and multirun.yaml gone, the ledger intact: the ledger names the swept keys; with the
     ledger gone too, the config columns that vary, never a metric such as the verdict."""
     from decpriv.report.aggregate import aggregate, load_sweep
+    from decpriv.report.ledger import close_ledger, open_ledger
 
-    monkeypatch.chdir(tmp_path)
-    assert main(["run", "-m", "seed=0,1", *QUICK[:2], "plots=false", "hydra.sweep.dir=sw"]) == 0
-    verdicts = {json.loads(Path(f"sw/{j}/run.json").read_text())["metrics"].count("verdict") for j in (0, 1)}
-    assert verdicts == {1} and pd.read_csv("sw/summary.csv")["verdict"].nunique() == 2  # they differ
+    sweep = tmp_path / "sw"
+    for seed in (0, 1):  # the one run as two seeds of a sweep, each with its own verdict
+        job = _copy(whole, sweep, str(seed))
+        summary = pd.read_csv(job / "summary.csv").assign(seed=seed)
+        summary["verdict"] = summary["verdict"] + f" (seed {seed})"
+        summary.to_csv(job / "summary.csv", index=False)
+        meta = json.loads((job / "run.json").read_text())
+        del meta["tables"]  # edited here: as a run from before the marks
+        (job / "run.json").write_text(json.dumps({**meta, "started": "2999-01-01T00:00:00"}))
+    open_ledger(sweep, [[f"seed={s}"] for s in (0, 1)], ["seed"], set(), "basic")
+    close_ledger(sweep)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert "verdict" in json.loads((whole / "run.json").read_text())["metrics"]
     for gone in ("summary.csv", "multirun.yaml", "ledger.json"):
-        Path("sw", gone).unlink()
-        sweep = load_sweep("sw")
-        assert sweep.keys == ["seed"], gone
-        table = aggregate(sweep)
-        assert set(table["count"]) == {2}, gone  # one row over the two seeds, not two rows of n=1
+        (sweep / gone).unlink()
+        found = load_sweep(sweep)
+        assert found.keys == ["seed"], gone
+        assert set(aggregate(found)["count"]) == {2}, gone  # one row over the two seeds, not two of n=1
 
 
 def test_a_full_disk_during_a_sweep_ends_in_one_sentence_with_the_ledger_finished(
     tmp_path, monkeypatch, capsys
 ):
-    """The disk fills once the first job has run (every later write of the sweep's table fails): no
-    traceback, the ledger records the sweep's end and why, and the exit status says it did not finish."""
+    """The disk fills once the job has run (every later write of the sweep's table fails): no traceback,
+    the ledger records the sweep's end and why, and the exit status says it did not finish."""
     import errno
 
     import decpriv.report.ledger as ledger
@@ -166,12 +175,12 @@ def test_a_full_disk_during_a_sweep_ends_in_one_sentence_with_the_ledger_finishe
 
     def filling(path, table):
         calls.append(path)
-        if len(calls) >= 3:  # the plan, job 0's start, then nothing more
+        if len(calls) >= 3:  # the plan, the job's start, then nothing more
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, table)
 
     monkeypatch.setattr(ledger, "write_csv", filling)
-    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=fd"]) == 1
+    assert main(["run", "-m", "seed=0", *QUICK, "hydra.sweep.dir=fd"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "error: the sweep stopped: OSError: [Errno 28] No space left on device" in err
