@@ -154,12 +154,7 @@ def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
         "defense.coeff_mod_bit_sizes=[21,20]": "(SEAL: scale out of bounds)",
         "defense.poly_modulus_degree=32768": "",  # valid alone: the next case makes it refuse
     }
-    extra = {
-        "defense.poly_modulus_degree=32768": [
-            "defense.coeff_mod_bit_sizes=[20,20,20]",
-            "defense.scale_bits=19",
-        ]
-    }
+    extra = {"defense.poly_modulus_degree=32768": ["defense.coeff_mod_bit_sizes=[20,20,20]"]}
     lines = [[override, *extra.get(override, [])] for override in cases]
     script = (  # one interpreter for every case: torch must still be absent after the last
         "import sys, contextlib, io, json\nfrom decpriv.cli import main\nfound = []\n"
