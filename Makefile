@@ -3,13 +3,17 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# PyPI's torch on Linux is the CUDA build (about 5.5 GB); on a CPU-only machine where PyTorch's CPU index is
+# reachable: make TORCH_INDEX=https://download.pytorch.org/whl/cpu run (the same version, CPU-only wheels)
+TORCH_INDEX ?=
+TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
 .PHONY: run test test-slow bench gpu-check gpu-sandbox lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1 || $(BIN)/pip install -q "torch<2.15" "torchvision<0.30"
+	$(BIN)/pip install -q $(TORCH_FROM) torch==2.14.1 torchvision==0.29.1 || $(BIN)/pip install -q $(TORCH_FROM) "torch<2.15" "torchvision<0.30"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -4,14 +4,14 @@ and prints the markdown table of docs/secure_aggregation.md ("Comparison").
     decpriv run -m experiment=dml_slides_defenses
     python -m benchmarks.defense_comparison runs/multirun/<date>/<time>
 
-Overhead seconds a round: the job's simulate wall time less the undefended job's, over the rounds (the
-same machine, one job at a time); bytes a round: what the defense's summary counts crossing the network
+Seconds a round: one server round of each defense timed alone, the same measurement for all (the jobs'
+simulate wall times are not compared: on a shared machine their difference changes sign with the job
+order); bytes a round: what the defense's summary counts crossing the network
 (the undefended float32 uploads for DP); accuracy against the undefended job; the server's membership
 inference on each update (``fl_update``) and the users' on the aggregate (``fl_global``), AUC beside the
 97.5% point of the shuffled-membership null.
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -54,13 +54,13 @@ def auc(row: pd.Series, view: str) -> str:
 
 
 def jobs(sweep: Path) -> pd.DataFrame:
-    """One row a job: its own summary.csv (full precision; the sweep's rounds small errors to 0) and the
-    wall time of its simulate phase."""
+    """One row a job: its own summary.csv (full precision; the sweep's rounds small errors to 0), checked
+    against its run's mark."""
+    from decpriv.report.run_folder import read_summary
+
     rows = []
     for folder in sorted((p for p in sweep.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
-        row = pd.read_csv(folder / "summary.csv").iloc[0]
-        row["simulate"] = json.loads((folder / "run.json").read_text())["wall_seconds"]["simulate"]
-        rows.append(row)
+        rows.append(read_summary(folder))
     summary = pd.DataFrame(rows).reset_index(drop=True)
     # defense=none is the base class, which a summary names by its class
     summary["defense"] = summary.defense.replace({"Defense": "none"}).fillna("none")
@@ -109,7 +109,7 @@ def aggregation_seconds(defense: str, repeats: int = 7) -> float:
 
 def hides(row: pd.Series) -> str:
     if row.defense == "dpsgd":
-        return f"one sample's influence, epsilon = {row.epsilon:.0f} (RDP), from everyone"
+        return f"one sample's influence, epsilon = {row.epsilon:.0f} ({row.epsilon_method}), from everyone"
     return HIDES[row.defense]
 
 
@@ -122,16 +122,15 @@ def table(sweep: Path) -> str:
     plain = 4 * parameters * base.nodes  # every client's float32 update
     lines = [
         "| defense | hides | slides: security / compute / accuracy | aggregation s / round, timed alone | "
-        "s / round, the run's own timer | s / round, simulate vs none | MB / round | test accuracy (vs none) "
+        "s / round, the run's own timer | MB / round | test accuracy (vs none) "
         "| server MIA on each update | users' MIA on the aggregate |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, row in summary.iterrows():
         levels = " / ".join(SLIDES[row.defense]) if row.defense in SLIDES else "-"
-        overhead = (row.simulate - base.simulate) / rounds
         lines.append(
             f"| `{row.defense}` | {hides(row)} | {levels} | {aggregation_seconds(row.defense):.3f} | "
-            f"{timed(row)} | {overhead:+.2f} | "
+            f"{timed(row)} | "
             f"{bytes_per_round(row, plain) / 1e6:.2f} | {row.test_accuracy:.3f} "
             f"({row.test_accuracy - base.test_accuracy:+.3f}) | {auc(row, 'fl_update')} | "
             f"{auc(row, 'fl_global')} |"

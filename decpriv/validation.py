@@ -85,6 +85,14 @@ def check_plugin(group: str, node: DictConfig, recorded_only: bool = False) -> N
             if found.takes_kwargs:
                 continue
             known_keys = ", ".join(k for k in found.params if k not in INJECTED and k != "self")
+            if not known_keys:  # defense=none after a preset that set a key of its own defense
+                raise bad_value(
+                    f"{group}.{key}",
+                    node[key],
+                    f"the {group} chosen takes no keys, and this one was set by a preset or the command "
+                    "line for another",
+                    f"drop {group}.{key}, or choose a {group} that reads it (decpriv list {group})",
+                )
             raise bad_value(
                 f"{group}.{key}",
                 node[key],

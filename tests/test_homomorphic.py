@@ -81,14 +81,124 @@ def test_a_corrupt_client_holds_the_shared_key_and_reads_every_update():
     "overrides, words",
     [
         (["protocol=dsgd"], "use protocol=fedavg or fedsgd, where a server adds ciphertexts"),
-        (["defense.poly_modulus_degree=4096"], "128-bit security at N=4096 allows at most 109 bits"),
-        (["defense.coeff_mod_bit_sizes=[40,40]"], "below the first prime"),
+        (
+            ["defense.poly_modulus_degree=4096"],
+            "sums to 200 bits, and 128-bit security at N=4096 allows at most",
+        ),
+        (["defense.coeff_mod_bit_sizes=[40,40]"], "scale out of bounds"),
         (["defense.poly_modulus_degree=1000"], "not one of its choices"),
     ],
 )
 def test_settings_where_encryption_hides_nothing_or_is_insecure_are_refused(overrides, words):
     with pytest.raises(ConfigError, match=words):
         build(compose_config([*SMALL, "defense=homomorphic", *overrides])[0])
+
+
+# (N, primes, scale bits): what SEAL itself does with them, the independent path the check must agree with
+SETTINGS = [
+    (8192, (21, 20), 20),  # scale against the data primes' whole modulus, not the first prime alone
+    (8192, (60, 40, 40, 60), 40),
+    (8192, (60,), 40),  # one prime: no key switching
+    (8192, (60, 20, 60), 40),  # a data prime below the scale is fine: only additions, no rescaling
+    (8192, (25, 20), 22),
+    (8192, (40, 20), 39),
+    (8192, (22, 20), 20),
+    (8192, (22, 22), 21),
+    (8192, (60, 60), 59),
+    (8192, (20,) * 10, 19),  # too few 20-bit primes = 1 mod 2N
+    (16384, (20,) * 6, 19),
+    (32768, (20, 20, 20), 19),
+    (2048, (27, 27), 20),
+    (2048, (20, 20), 19),
+    (4096, (20,) * 5, 19),
+    (4096, (30, 30, 30, 20), 25),
+]
+
+
+def _seal_accepts(n, bits, scale) -> bool:
+    try:
+        context = ts.context(ts.SCHEME_TYPE.CKKS, poly_modulus_degree=n, coeff_mod_bit_sizes=list(bits))
+        context.global_scale = 2.0**scale
+        server = ts.context_from(context.serialize(save_secret_key=False))
+        sent = ts.ckks_tensor(context, ts.plain_tensor(np.full(n // 2, 0.1)), batch=True).serialize()
+        total = ts.ckks_tensor_from(server, sent)
+        total += ts.ckks_tensor_from(server, sent)
+        ts.ckks_tensor_from(context, total.serialize()).decrypt()
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("n, bits, scale", SETTINGS)
+def test_the_check_refuses_exactly_what_seal_refuses(n, bits, scale):
+    from decpriv.defenses.ckks import CkksParameters as Checked
+
+    try:
+        Checked(n, bits, scale).check()
+        accepted = True
+    except ConfigError:
+        accepted = False
+    assert accepted == _seal_accepts(n, bits, scale)
+
+
+def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
+    """Each refusal before torch is imported (the README's refusals under a second), in its own sentence."""
+    import subprocess
+    import sys
+
+    cases = {
+        "defense.coeff_mod_bit_sizes=[60]": "needs two or more primes",
+        "defense.coeff_mod_bit_sizes=[]": "needs two or more primes",
+        "defense.coeff_mod_bit_sizes=[60,40,40,19]": "lists a 19-bit prime",
+        "defense.coeff_mod_bit_sizes=[60,40,40,60,60]": "sums to 260 bits",
+        "defense.coeff_mod_bit_sizes=[21,20]": "(SEAL: scale out of bounds)",
+        "defense.poly_modulus_degree=32768": "",  # valid alone: the next case makes it refuse
+    }
+    extra = {"defense.poly_modulus_degree=32768": ["defense.coeff_mod_bit_sizes=[20,20,20]"]}
+    lines = [[override, *extra.get(override, [])] for override in cases]
+    script = (  # one interpreter for every case: torch must still be absent after the last
+        "import sys, contextlib, io, json\nfrom decpriv.cli import main\nfound = []\n"
+        "for line in json.loads(sys.argv[1]):\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        code = main(['run', 'defense=homomorphic', 'defense.scale_bits=20', *line])\n"
+        "    found.append([code, err.getvalue().strip()])\n"
+        "print(json.dumps([found, 'torch' in sys.modules]))\n"
+    )
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(lines)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found, torch_loaded = json.loads(out.stdout)
+    assert not torch_loaded
+    for words, (code, said) in zip(cases.values(), found, strict=True):
+        assert code == 2 and words in said and len(said.splitlines()) == 1, said
+    assert "only 1 such prime (= 1 mod 2N) exist (SEAL: failed to find enough qualifying" in found[-1][1]
+
+
+def test_a_large_decryption_error_is_measured_and_warned_of():
+    """scale_bits=25: about 2^(13 - 25) = 2.4e-4 a coordinate, measured within a factor of 4 (the yaml's
+    claim), and warned of."""
+    with pytest.warns(UserWarning, match="homomorphic: CKKS decrypts the round-0 aggregate"):
+        setup, _, _ = pipeline(
+            ["defense=homomorphic", *SMALL_CKKS, "defense.scale_bits=25", "protocol.rounds=1"]
+        )
+    error = setup.defense.summary()["he_max_abs_error"]
+    assert 2.0 ** (13 - 25) / 4 < error < 2.0 ** (13 - 25) * 4
+
+
+def test_the_comparison_table_names_the_method_of_its_epsilon_and_no_job_order_timing():
+    from benchmarks.defense_comparison import hides
+
+    row = pd.Series({"defense": "dpsgd", "epsilon": 106.3, "epsilon_method": "PLD (dp-accounting)"})
+    assert hides(row) == "one sample's influence, epsilon = 106 (PLD (dp-accounting)), from everyone"
+    text = Path(__file__).parents[1].joinpath("docs/secure_aggregation.md").read_text()
+    assert "epsilon = 130 (RDP)" not in text and "simulate vs none" not in text
 
 
 def test_parameters_default_to_128_bit_security():
@@ -182,6 +292,7 @@ def check_comparison(sweep: Path) -> None:
     script = [sys.executable, "-m", "benchmarks.defense_comparison", str(sweep)]
     printed = subprocess.run(script, cwd=root, capture_output=True, text=True, check=True).stdout
     assert "| `homomorphic` |" in printed and "ciphertexts only" in printed
+    assert f"({rows.loc['dpsgd', 'epsilon_method']})" in printed and "simulate vs none" not in printed
 
 
 @pytest.mark.slow
@@ -189,3 +300,40 @@ def test_the_comparison_preset_measures_the_slides_claims(cli, tmp_path):
     """experiment=dml_slides_defenses: 6 jobs, 7 minutes on 2 loaded cores."""
     cli("run", "-m", "experiment=dml_slides_defenses", "hydra.sweep.dir=sweep", check=True)
     check_comparison(tmp_path / "sweep")
+
+
+def test_flooding_the_decryption_adds_the_noise_it_names_and_no_two_runs_share_it():
+    """flood_bits=17 at scale_bits=40: std 2^17 x 2^(13 - 40) = 2^-10 a coordinate of the released sum,
+    measured as the error (the largest of p = 650 Gaussians: 2 to 5 std); drawn from the OS, not the seed."""
+    line = ["defense=homomorphic", *SMALL_CKKS, "defense.flood_bits=17", "protocol.rounds=1"]
+    first, a, _ = pipeline(line)
+    _, b, _ = pipeline(line)
+    summary = first.defense.summary()
+    assert summary["he_flood_std"] == 2.0**-10 and summary["he_decryption"] == "flooded"
+    assert 2 * 2.0**-10 < summary["he_max_abs_error"] < 5 * 2.0**-10
+    assert not torch.equal(a.final, b.final)  # the server cannot take the same noise off again
+
+
+def test_diff_of_two_ckks_runs_says_they_repeat_only_within_the_ckks_error(tmp_path, monkeypatch, capsys):
+    from decpriv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    line = [
+        "run",
+        "defense=homomorphic",
+        *SMALL_CKKS,
+        *FEDAVG[:3],
+        "protocol.rounds=1",
+        "~attack",
+        "plots=false",
+    ]
+    for name in ("a", "b"):
+        assert main([*line, f"hydra.run.dir={name}"]) == 0
+    capsys.readouterr()
+    assert main(["diff", "a", "b"]) == 1  # the times at least differ
+    out = capsys.readouterr().out
+    error = max(pd.read_csv(f"{x}/summary.csv").he_max_abs_error.iloc[0] for x in "ab")
+    assert f"they repeat only within its error ({error:.2g} a coordinate of an aggregate" in " ".join(
+        out.split()
+    )
+    assert pd.read_csv("a/summary.csv").he_repeatable.iloc[0].startswith("within he_max_abs_error")

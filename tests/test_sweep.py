@@ -122,7 +122,8 @@ def test_show_and_runs_are_readable_at_80_columns(sweep, capsys, monkeypatch):
     monkeypatch.chdir(sweep.parent.parent)
     code, out, _ = _main(capsys, "runs", "--root", sweep.parent.name)
     assert code == 0 and max(map(len, out.splitlines())) <= 80 and "…" not in out
-    assert out.count(f"{sweep.parent.name}/{sweep.name}/") == 8  # every run's path whole, for decpriv show
+    # every run's path whole, relative to --root (the title names it): decpriv show ROOT/PATH
+    assert out.count(f"\n{sweep.name}/") == 8 and f"under {sweep.parent.name} (runs relative to it" in out
 
 
 def test_custom_plot_and_its_refusals(sweep, capsys):
@@ -285,6 +286,9 @@ def test_list_valued_sweep_has_one_row_per_job_also_from_sweeper_params(tmp_path
     job = pd.read_csv(other / "1" / "summary.csv")  # the sweep's table is its jobs' (the ledger)
     job.loc[0, "median_psnr"] += 1.0
     job.to_csv(other / "1" / "summary.csv", index=False)
+    meta = json.loads((other / "1" / "run.json").read_text())
+    meta.pop("tables", None)  # as a run written before run.json marked its tables (else: refused, changed)
+    (other / "1" / "run.json").write_text(json.dumps(meta))
     code, out, _ = _main(capsys, "diff", "--format", "csv", str(sweep), str(other))
     diff = pd.read_csv(io.StringIO(out))
     assert code == 1 and list(diff.change) == ["changed", "changed"]  # the sweep's row, the job's table

@@ -33,6 +33,11 @@ def honest_block(previous=GENESIS, round_=0):
     return block, weights
 
 
+def own(block):
+    """What the round's clients posted themselves: each its own commitment."""
+    return dict(zip(block.clients.tolist(), block.commitments, strict=True))
+
+
 def test_an_honest_run_builds_a_chain_every_node_verifies_and_trains_as_fedavg():
     ledger, outcome = run("defense=ledger")
     _, plain = run()
@@ -53,7 +58,9 @@ def test_an_honest_run_builds_a_chain_every_node_verifies_and_trains_as_fedavg()
     "tamper, reason",
     [
         ("alter", "the aggregate is not the weighted mean"),
-        ("drop", "committed an update the aggregate leaves out"),
+        ("drop", "client 0 posted a commitment the block leaves out"),
+        ("duplicate", "client 0's update is opened 6 times"),
+        ("replace", "client 0's commitment in the block is not the one it posted"),
     ],
 )
 def test_a_tampering_aggregator_is_caught_in_the_round_it_starts(tamper, reason):
@@ -69,7 +76,8 @@ def test_a_tampering_aggregator_is_caught_in_the_round_it_starts(tamper, reason)
 
 def test_every_check_of_a_block_fails_on_its_own_lie():
     block, weights = honest_block()
-    assert verify(block, GENESIS, weights) is None
+    posted = own(block)
+    assert verify(block, GENESIS, weights, posted) is None
     forged = block.openings.copy()
     forged[1, 0] += 1e-3  # the aggregator publishes the update it used in place of client 2's
     lie = Block(
@@ -82,17 +90,97 @@ def test_every_check_of_a_block_fails_on_its_own_lie():
         forged,
         weighted_mean(forged, weights[block.opened]),
     )
-    assert verify(lie, GENESIS, weights) == "client 2's published update does not match its commitment"
-    assert verify(block, b"\1" * 32, weights) == "the block does not extend the chain's head"
+    assert (
+        verify(lie, GENESIS, weights, posted) == "client 2's published update does not match its commitment"
+    )
+    assert verify(block, b"\1" * 32, weights, posted) == "the block does not extend the chain's head"
     nxt, _ = honest_block(block.digest(), round_=1)
-    assert verify(nxt, block.digest(), weights) is None
+    assert verify(nxt, block.digest(), weights, own(nxt)) is None
     replayed = Block(
         1,
         block.digest(),
         *[getattr(block, k) for k in ("clients", "commitments", "opened", "nonces", "openings", "aggregate")],
     )
     # last round's openings do not open this round's commitments: the round is in the hash
-    assert "does not match its commitment" in verify(replayed, block.digest(), weights)
+    assert "does not match its commitment" in verify(replayed, block.digest(), weights, posted)
+
+
+def _lie(block, **changed):
+    fields = ("clients", "commitments", "opened", "nonces", "openings")
+    kept = {k: changed.get(k, getattr(block, k)) for k in fields}
+    weights = np.array([5, 1, 2, 7])
+    aggregate = weighted_mean(kept["openings"], weights[kept["opened"]])
+    return Block(block.round, block.previous, *kept.values(), aggregate)
+
+
+def test_duplicated_dropped_and_replaced_openings_are_each_rejected():
+    """Each lie is consistent with the commitments the block itself carries (the old verifier accepted
+    them all): only the clients' own record catches it."""
+    block, weights = honest_block()
+    posted = own(block)
+    k = len(block.clients)
+    duplicated = _lie(  # client 0's honest opening three times: weight 3 of 3
+        block,
+        clients=np.repeat(block.clients[:1], k),
+        commitments=(block.commitments[0],) * k,
+        opened=np.repeat(block.clients[:1], k),
+        nonces=(block.nonces[0],) * k,
+        openings=np.repeat(block.openings[:1], k, axis=0),
+    )
+    assert verify(duplicated, GENESIS, weights, posted) == "the block lists client 0 3 times"
+    opened_twice = _lie(
+        block,
+        opened=block.clients[[0, 0, 1, 2]],
+        nonces=(block.nonces[0], *block.nonces),
+        openings=block.openings[[0, 0, 1, 2]],
+    )
+    assert verify(opened_twice, GENESIS, weights, posted) == "client 0's update is opened 2 times"
+    dropped = _lie(
+        block,
+        clients=block.clients[1:],
+        commitments=block.commitments[1:],
+        opened=block.clients[1:],
+        nonces=block.nonces[1:],
+        openings=block.openings[1:],
+    )
+    assert verify(dropped, GENESIS, weights, posted) == "client 0 posted a commitment the block leaves out"
+    forged = -block.openings[0]
+    made = commitment(0, 0, bytes(32), forged)
+    replaced = _lie(
+        block,
+        commitments=(made, *block.commitments[1:]),
+        nonces=(bytes(32), *block.nonces[1:]),
+        openings=np.vstack([forged, block.openings[1:]]),
+    )
+    assert (
+        verify(replaced, GENESIS, weights, posted)
+        == "client 0's commitment in the block is not the one it posted"
+    )
+    stranger = _lie(block, clients=np.array([0, 2, 3, 1]), commitments=(*block.commitments, made))
+    assert "client 1, which posted nothing" in verify(stranger, GENESIS, weights, posted)
+
+
+def test_an_honest_nan_update_is_not_tampering():
+    block, weights = honest_block()
+    openings = block.openings.copy()
+    openings[1, 3] = np.nan  # a client whose training diverged sends what it has
+    posted = tuple(
+        commitment(0, int(u), r, x) for u, r, x in zip(block.clients, block.nonces, openings, strict=True)
+    )
+    honest = _lie(block, commitments=posted, openings=openings)
+    assert np.isnan(honest.aggregate[3])
+    assert verify(honest, GENESIS, weights, own(honest)) is None
+
+
+def test_nonces_come_from_the_operating_system_not_the_seed():
+    """Two runs of one config and seed: the same models, other nonces (so other commitments): a
+    commitment hides its update from whoever knows the config."""
+    first, a = run("defense=ledger", "protocol.rounds=2")
+    second, b = run("defense=ledger", "protocol.rounds=2")
+    assert torch.equal(a.final, b.final)
+    for x, y in zip(first.chain, second.chain, strict=True):
+        assert np.array_equal(x.aggregate, y.aggregate)
+        assert not set(x.nonces) & set(y.nonces) and x.commitments != y.commitments
 
 
 def test_the_ledger_is_refused_where_no_server_aggregates():

@@ -39,6 +39,17 @@ def _one_line_warnings() -> None:
     warnings.showwarning = show
 
 
+def _check_working_folder() -> None:
+    """A working folder deleted under the shell: every relative path (the run folder, ./conf) is gone."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ConfigError(
+            "the working folder no longer exists (deleted after this shell entered it), and decpriv run "
+            "writes its run folders and reads ./conf there; cd into an existing folder and run again."
+        ) from None
+
+
 def _dispatch(argv: list[str], shown: Console) -> int:
     """Parse ``argv`` and run its command (``shown``: the console its tables and figures go to)."""
     from decpriv.cli import plot, reading
@@ -50,6 +61,7 @@ def _dispatch(argv: list[str], shown: Console) -> int:
     if ns.command == "run":
         from decpriv import zygote
 
+        _check_working_folder()  # before the zygote starts there
         zygote.warm()  # the sealed attack's interpreter imports torch beside ours (decpriv/seal.py)
         from decpriv.cli.run import run_command
 

@@ -54,7 +54,10 @@ def _add_hydra_flags(run: argparse.ArgumentParser) -> None:
 
 
 def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
-    listing = commands.add_parser("list", help="config groups and their options (list runs: past runs)")
+    listing = commands.add_parser(
+        "list",
+        help="config groups and their options; list GROUP: each described, with its keys (list runs: past runs)",
+    )
     listing.add_argument("groups", nargs="*", metavar="GROUP", help="the groups to list (default: all)")
     listing.add_argument(
         "--format", choices=("table", "markdown"), default="table", help="markdown: the README's group table"

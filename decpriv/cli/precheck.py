@@ -51,6 +51,7 @@ def check_job(
 
     validate(cfg, recorded_only=True)  # a bad value refused before torch loads (decpriv/declarations.py)
     check_choices(cfg, choices)
+    _torch_free_checks(cfg)
     from decpriv import experiment
     from decpriv.report.resume import check_fixed_folder, take_resume
 
@@ -62,6 +63,21 @@ def check_job(
     check_adversary_read(choices, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest
+
+
+# Checks of several keys at once that a plugin keeps in a module without torch, run before the build
+# (which imports torch: seconds): CKKS's parameters as SEAL would refuse them mid-run.
+TORCH_FREE_CHECKS = {"decpriv.defenses.homomorphic.Homomorphic": "decpriv.defenses.ckks.check_config"}
+
+
+def _torch_free_checks(cfg: DictConfig) -> None:
+    from hydra.utils import get_method
+
+    for group in ("defense",):
+        node = cfg.get(group)
+        check = TORCH_FREE_CHECKS.get(str(node.get("_target_"))) if node is not None else None
+        if check is not None:
+            get_method(check)(node)
 
 
 def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, str | None]:
@@ -128,7 +144,9 @@ def refuse_repeated(overrides: list[str]) -> None:
     tables would count it twice (two seeds): refused in one sentence before any job starts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    final = {o.get_key_element(): o for o in OverridesParser.create().parse_overrides(overrides)}
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    _refuse_twice_given(parsed)
+    final = {o.get_key_element(): o for o in parsed}
     for key, override in final.items():
         if not override.is_sweep_override() or not override.is_discrete_sweep():
             continue
@@ -144,14 +162,51 @@ def refuse_repeated(overrides: list[str]) -> None:
             seen[same] = text
 
 
+def _refuse_twice_given(parsed: list[Any]) -> None:
+    """A key given twice in a sweep, once swept (``seed=0,1 seed=2,3``, ``seed=range(0,3) seed=1``):
+    Hydra keeps the last one alone, so the sweep would silently run fewer jobs than the line reads."""
+    first: dict[str, Any] = {}
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        earlier = first.setdefault(key, override)
+        if earlier is not override and (earlier.is_sweep_override() or override.is_sweep_override()):
+            raise ConfigError(
+                f"{earlier.input_line} and {override.input_line} both set {key}, and Hydra keeps the last one "
+                f"alone, so the sweep would run {override.input_line} only; give {key} once, with every "
+                "value it should take"
+            )
+
+
 def _comparable_value(value: Any) -> Any:
     """A swept value as a set member: ``0`` and ``0.0`` equal (Python's), quoted and bare text equal."""
     value = getattr(value, "text", value)  # Hydra's QuotedString
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, list | dict) else value
 
 
+def refuse_two_options(overrides: list[str]) -> None:
+    """``defense=[homomorphic,ledger]``: Hydra merges the options' yamls into one node (one ``_target_``,
+    both options' keys), which no plugin reads; a run has one option a group."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from decpriv.validation import PLUGIN_GROUPS
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's grammar: refused in its own words when composed
+        return
+    for override in parsed:
+        group = override.get_key_element().lstrip("+~")
+        if group in PLUGIN_GROUPS and not override.is_sweep_override() and isinstance(override.value(), list):
+            options = ",".join(map(str, override.value()))
+            raise ConfigError(
+                f"{override.input_line}: a run has one {group}, and Hydra would merge these options' settings "
+                f"into one {group} that neither reads; choose one, or sweep them: -m {group}={options}"
+            )
+
+
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
+    refuse_two_options(overrides)
     jobs = _jobs_of(overrides, multirun)
     cfg, choices, hydra = compose_or_refuse(jobs[0])
     plan = Plan(1, [], hydra, True, cfg.get("resume") is True)

@@ -78,5 +78,7 @@ def runs_command(ns: argparse.Namespace, console: Console) -> int:
     elif ns.format == "markdown":
         print(markdown_table(table))
     else:
-        print_frame(for_terminal(table), f"{len(table)} run(s) under {ns.root}", console, rows=len(table))
+        shown = for_terminal(table, ns.root, console.width)
+        title = f"{len(table)} run(s) under {ns.root} (runs relative to it; whole paths: --format csv)"
+        print_frame(shown, title, console, rows=len(table))
     return 0

@@ -85,6 +85,7 @@ def _not_completed(sweep: Path, table) -> str:
 def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -> int:
     """The sweep's folder and the jobs that did not complete, from its ledger: 1 when any did not."""
     from decpriv.report.aggregate import across_jobs
+    from decpriv.report.ledger import read_ledger
     from decpriv.report.resume import kept_before
     from decpriv.report.text import shown_path
 
@@ -97,13 +98,19 @@ def _sweep_outcome(sweep: Path, plan: Plan, began: datetime, console: Console) -
     line = across_jobs(sweep, table)  # the finding over the jobs, not only where it lies
     if line:
         console.print(line, highlight=False)
+    failed = (read_ledger(sweep) or {}).get("failed")
+    if failed:
+        print_stderr(
+            f"[bold red]error:[/] the sweep stopped: {escape(failed)}; free space or make {sweep} writable, "
+            "then resume=true reruns the jobs that did not complete."
+        )
     if (table["status"] != "completed").any():
         print_stderr(
             f"[red]{escape(_not_completed(sweep, table))}[/] (summary.csv, decpriv show {sweep}); "
             f"resume=true reruns them."
         )
         return 1
-    return 0
+    return 1 if failed else 0
 
 
 def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, count: int) -> int:
@@ -143,6 +150,19 @@ def _note_unswept(plan: Plan) -> None:
         )
 
 
+def _already_completed(plan: Plan, folder: Path) -> bool:
+    """A resumed run whose folder holds a completed run of this config: said, and Hydra is not called,
+    since Hydra writes the job's ``.hydra`` files (config, overrides) before any task runs; a skip touches
+    nothing."""
+    from decpriv.report.resume import already_completed
+
+    digest = (plan.digests or [None])[0]
+    if not plan.resuming or digest is None or not already_completed(folder, digest):
+        return False
+    Console().print(f"[dim]skipped: already completed in {folder}[/]", highlight=False)
+    return True
+
+
 def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
     """``args``: the command line after ``run``, handed to Hydra as typed (``ns``: the same, parsed)."""
     from decpriv.scheduler import stop_on_sigterm
@@ -172,6 +192,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     except ConfigError as error:
         print_error(str(error))
         return 2
+    if not multirun and _already_completed(plan, folder):
+        return 0
     if not multirun:
         _note_unswept(plan)
     began = datetime.now().replace(microsecond=0)
@@ -181,4 +203,8 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
         _run_hydra([*args, *added], plan.prebuilt)
     except KeyboardInterrupt as stop:
         return _interrupted(stop, multirun, folder, plan.count)
+    except SystemExit as ended:  # Hydra said why the sweep stopped (a full disk): then what it left
+        if not multirun or ended.code in (0, None):
+            raise
+        return max(_sweep_outcome(folder, plan, began, console), 1)
     return _sweep_outcome(folder, plan, began, console) if multirun else 0

@@ -9,8 +9,17 @@ key). Each round every chosen client encrypts its weighted update (n_u / sum n) 
 ``slots`` = N / 2 values to a ciphertext (one batched CKKS tensor a client, one TenSEAL call), and sends
 the serialized ciphertexts; the server deserializes them under its public context, adds them and sends
 the serialized sum back; the key holders decrypt it: the new global model, exact up to CKKS's
-approximation error (about 2^-scale_bits per term, measured every round). Every step is real: real keys,
+approximation error (measured every round: about 2^(13 - scale_bits) a coordinate at N = 8192, 4e-8 at
+scale_bits = 40, 0.05 at 20; a warning when it exceeds 1e-4). Every step is real: real keys,
 real ciphertexts of the real updates, their real sizes and times.
+
+The server receives the decrypted sum back. A CKKS decryption is approximate, m + e, and its exact value
+shown to whoever holds the ciphertext reveals e, a linear equation in the secret key: Li and Micciancio's
+passive key-recovery attack ("On the Security of Homomorphic Encryption on Approximate Numbers",
+EUROCRYPT 2021; their IND-CPA^D setting). ``flood_bits`` adds noise of std 2^flood_bits times CKKS's
+error to the released sum (noise flooding, the remedy they discuss and OpenFHE implements): it drowns e at
+the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it the
+runs model the exposure; the key recovery itself is not simulated.
 
 What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
 ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
@@ -19,8 +28,9 @@ decrypt any update it intercepts: if the adversary controls a client (``adversar
 key and its record is every update in the clear.
 """
 
+import secrets
 import time
-from dataclasses import dataclass
+import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
@@ -28,59 +38,16 @@ import torch
 
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Built, Defense, sent_to_server
+from decpriv.defenses.ckks import CkksParameters
 from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
 
 PROTOCOLS = ("fedavg", "fedsgd")
+LARGE_ERROR = 1e-4  # a decryption error a coordinate above this is warned of (a learning step's scale)
 
-# Largest total coefficient modulus (bits) for 128-bit classical security with a ternary secret: the
-# HomomorphicEncryption.org standard (Albrecht et al. 2018, Table 1), SEAL's CoeffModulus::MaxBitCount.
-MAX_MODULUS_BITS_128 = {2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
 Degree = Literal[2048, 4096, 8192, 16384, 32768]
-
-
-@dataclass(frozen=True)
-class CkksParameters:
-    """CKKS's parameters: ring dimension N (N / 2 slots a ciphertext), the coefficient modulus's primes
-    (bits; the last is SEAL's special key-switching prime) and the encoding scale 2^scale_bits."""
-
-    poly_modulus_degree: int
-    coeff_mod_bit_sizes: tuple[int, ...]
-    scale_bits: int
-
-    @property
-    def slots(self) -> int:
-        return self.poly_modulus_degree // 2
-
-    @property
-    def limit(self) -> float:
-        """Largest magnitude a decrypted value may have: scaled, it must stay below half the modulus the
-        ciphertext lives in (every prime but the special one), with one bit of margin."""
-        return float(2.0 ** (sum(self.coeff_mod_bit_sizes[:-1]) - self.scale_bits - 2))
-
-    def check(self) -> None:
-        """Refuse parameters below 128-bit security or that SEAL rejects, naming the fix."""
-        n, bits = self.poly_modulus_degree, self.coeff_mod_bit_sizes
-        top = MAX_MODULUS_BITS_128[n]
-        primes = all(isinstance(b, int) and 20 <= b <= 60 for b in bits)
-        if len(bits) < 2 or not primes or sum(bits) > top:
-            raise bad_value(
-                "defense.coeff_mod_bit_sizes",
-                list(bits),
-                f"128-bit security at N={n} allows at most {top} bits in all, as two or more primes of "
-                "20 to 60 bits",
-                f"use e.g. [60, 40, 40, 60] at N=8192, or primes summing to <= {top}",
-            )
-        if self.scale_bits >= bits[0]:
-            raise bad_value(
-                "defense.scale_bits",
-                self.scale_bits,
-                f"the encoding scale must stay below the first prime (2^{bits[0]}), which also holds the "
-                "values' integer part",
-                f"use defense.scale_bits <= {bits[0] - 1}, e.g. 40 with a first prime of 60 bits",
-            )
 
 
 class KeyHolders:
@@ -143,13 +110,17 @@ class Homomorphic(Defense):
         poly_modulus_degree: Degree = 8192,
         coeff_mod_bit_sizes: tuple[int, ...] = (60, 40, 40, 60),
         scale_bits: Annotated[int, Range(ge=20, le=59, what="the CKKS scale's bits", eg=40)] = 40,
+        flood_bits: Annotated[int, Range(ge=1, le=40, what="the flooding noise's bits", eg=20)] | None = None,
     ):
         self.params = CkksParameters(poly_modulus_degree, tuple(coeff_mod_bit_sizes), scale_bits)
+        # Li and Micciancio's passive key recovery reads the exact decryption: flooding drowns its error
+        self.flood_std = None if flood_bits is None else 2.0**flood_bits * self.params.error_bound
         self.params.check()
         self._cost = {"bytes_up": 0, "bytes_down": 0, "encrypt": 0.0, "aggregate": 0.0, "decrypt": 0.0}
         self._rounds, self._updates, self._p = 0, 0, 0
         self._errors: list[float] = []
         self._key_leaked = False
+        self._warned = False
 
     def bind(self, setup: Built) -> None:
         from decpriv.protocols.fedavg import client_nodes
@@ -159,7 +130,8 @@ class Homomorphic(Defense):
             raise bad_value(
                 "defense",
                 self.name,
-                f"under protocol={protocol.name} every node combines the values it receives itself, so it "
+                f"under {type(protocol).__name__} (the protocol chosen) every node combines the values it "
+                "receives itself, so it "
                 "would need the key to every message and encryption would hide nothing from it",
                 "use protocol=fedavg or fedsgd, where a server adds ciphertexts it cannot decrypt",
             )
@@ -189,7 +161,7 @@ class Homomorphic(Defense):
         encrypted = time.perf_counter()
         summed = self._server.add(wire)
         added = time.perf_counter()
-        aggregate = self._keys.decrypt(summed, self._p)
+        aggregate = self._flooded(self._keys.decrypt(summed, self._p))
         cost = self._cost
         cost["encrypt"] += encrypted - clock
         cost["aggregate"] += added - encrypted
@@ -197,12 +169,29 @@ class Homomorphic(Defense):
         cost["bytes_up"] += sum(len(blob) for blob in wire)
         cost["bytes_down"] += len(summed)
         self._errors.append(float(np.abs(aggregate - contributions.sum(0)).max()))
+        if self._errors[-1] > LARGE_ERROR and not self._warned and self.flood_std is None:
+            self._warned = True
+            warnings.warn(
+                f"homomorphic: CKKS decrypts the round-{round_} aggregate {self._errors[-1]:.2g} off a coordinate "
+                f"(about 2^(13 - scale_bits) = {self.params.error_bound:.2g}); raise defense.scale_bits "
+                "(40 gives about 4e-8)",
+                stacklevel=2,
+            )
         self._rounds += 1
         self._updates += len(wire)
         result = torch.as_tensor(aggregate, dtype=held.dtype, device=held.device)
         if recorder.enabled:
             self._record(updates, order, held, result, recorder, round_)
         return result
+
+    def _flooded(self, decrypted: np.ndarray) -> np.ndarray:
+        """The decrypted sum as the key holders release it: with ``flood_bits``, plus Gaussian noise of
+        std 2^flood_bits times CKKS's error (noise flooding, OpenFHE's NOISE_FLOODING_DECRYPT), drawn from
+        the operating system: noise drawn from the run's seed could be recomputed and taken off."""
+        if self.flood_std is None:
+            return decrypted
+        noise = np.random.default_rng(secrets.randbits(128)).normal(0.0, self.flood_std, decrypted.shape)
+        return decrypted + noise
 
     def _check_range(self, contributions: np.ndarray) -> None:
         peak = float(np.abs(contributions).sum(0).max()) if contributions.size else 0.0
@@ -247,4 +236,8 @@ class Homomorphic(Defense):
             "he_decrypt_seconds_per_round": cost["decrypt"] / rounds,
             "he_max_abs_error": max(self._errors, default=float("nan")),
             "he_mean_round_max_abs_error": float(np.mean(self._errors)) if self._errors else float("nan"),
+            # SEAL draws the encryption noise from the operating system: runs repeat within the error
+            "he_repeatable": "within he_max_abs_error a coordinate a round (SEAL's noise, not the seed's)",
+            "he_decryption": "flooded" if self.flood_std is not None else "exact, to the server (IND-CPA^D)",
+            "he_flood_std": self.flood_std,
         }

@@ -1,14 +1,18 @@
 """A verifiable ledger of FedAvg/FedSGD updates: the "Privacy in DML" slides' blockchain-based gradient
 exchange, simulated as what it guarantees (integrity), not as a consensus network.
 
-Each round t every chosen client u posts a hash commitment c_u = SHA-256(t, u, r_u, update_u) with a
-fresh 32-byte nonce r_u (hiding as far as SHA-256 behaves as a random oracle, binding by its collision
-resistance; Halevi and Micali, CRYPTO 1996) and sends the opening (update_u, r_u) to the aggregator. The
-aggregator appends a block: the previous block's hash, the round's commitments as the clients posted
-them, the openings it aggregated and the aggregate. Every node verifies the block (:func:`verify`): it
-links to the chain's head, every opening matches its client's commitment, no posted commitment lacks an
-opening, and the aggregate is the n_u-weighted mean of the openings, recomputed bit for bit. A failed
-check rejects the block: the nodes keep the previous global model, and the run records the round.
+Each round t every chosen client u posts a hash commitment c_u = SHA-256(t, u, r_u, update_u) on the chain
+itself, with a fresh 32-byte nonce r_u from the operating system (``secrets``: hiding as far as SHA-256
+behaves as a random oracle, binding by its collision resistance; Halevi and Micali, CRYPTO 1996; a nonce
+drawn from the run's seed would hide nothing from whoever knows the config), and sends the opening
+(update_u, r_u) to the aggregator. The aggregator appends a block: the previous block's hash, the round's
+commitments, the openings it aggregated and the aggregate. Every client verifies the block against what
+the clients posted (:func:`verify`): it links to the chain's head, it lists exactly the round's clients,
+each once, with the commitment each posted itself (a client checks its own), every listed client is
+opened exactly once and nobody else, every opening matches its commitment, and the aggregate is the
+n_u-weighted mean of the openings, recomputed bit for bit (NaN equal to NaN: an honest update that
+diverged is not tampering). A failed check rejects the block: the nodes keep the previous global model,
+and the run records the round.
 
 Verifying the aggregate against hash commitments needs their openings, so every update is on the
 ledger in the clear: the ledger hides nothing from the nodes (nor from the aggregator); it makes the
@@ -17,12 +21,16 @@ proofs a property of an update (its norm bound); neither is simulated (no mainta
 vector Pedersen commitments or such proofs at this scale). Client signatures on the commitments, and the
 consensus that orders blocks, are assumed, not simulated.
 
-``tamper`` makes the aggregator active from round ``tamper_from`` on: ``alter`` aggregates a forged update
-(the sign-flipped one) in place of the round's first client's while publishing that client's honest
-opening; ``drop`` leaves that client out of the aggregate and of the openings.
+``tamper`` makes the aggregator active from round ``tamper_from`` on, each way a lie the verifier must
+catch: ``alter`` aggregates a forged update (the sign-flipped one) in place of the round's first client's
+while publishing that client's honest opening; ``drop`` leaves that client out of the block, its
+commitment with it; ``duplicate`` opens the first client's honest update once for every client (its
+weight the whole round's); ``replace`` puts a commitment of its own making, opened consistently, in place
+of the first client's.
 """
 
 import hashlib
+import secrets
 import time
 import warnings
 from dataclasses import dataclass
@@ -80,20 +88,53 @@ class Block:
         return 8 + 2 * 32 + len(self.clients) * (8 + 32)
 
 
-def verify(block: Block, head: bytes, weights: np.ndarray) -> str | None:
-    """What an honest node checks; the first failure in words, None when the block is valid.
-    ``weights``: every node's public local set size."""
+def verify(block: Block, head: bytes, weights: np.ndarray, posted: dict[int, bytes]) -> str | None:
+    """What the honest clients check; the first failure in words, None when the block is valid.
+    ``weights``: every node's public local set size; ``posted``: each of the round's clients and the
+    commitment it posted on the chain itself (a client knows its own; the round's clients are public)."""
     if block.previous != head:
         return "the block does not extend the chain's head"
-    posted = dict(zip(block.clients.tolist(), block.commitments, strict=True))
+    problem = _listed(block.clients.tolist(), block.commitments, posted) or _opened_once(block)
+    if problem is not None:
+        return problem
     for client, nonce, opening in zip(block.opened.tolist(), block.nonces, block.openings, strict=True):
-        if posted.get(client) != commitment(block.round, client, nonce, opening):
+        if posted[client] != commitment(block.round, client, nonce, opening):
             return f"client {client}'s published update does not match its commitment"
-    missing = np.setdiff1d(block.clients, block.opened)
-    if len(missing):
-        return f"client {int(missing[0])} committed an update the aggregate leaves out"
-    if not np.array_equal(weighted_mean(block.openings, weights[block.opened]), block.aggregate):
+    recomputed = weighted_mean(block.openings, weights[block.opened])
+    if not np.array_equal(recomputed, block.aggregate, equal_nan=True):
         return "the aggregate is not the weighted mean of the committed updates"
+    return None
+
+
+def _listed(clients: list[int], commitments: tuple[bytes, ...], posted: dict[int, bytes]) -> str | None:
+    """The block lists each of the round's clients once, each with the commitment it posted itself."""
+    twice = next((c for c in clients if clients.count(c) > 1), None)
+    if twice is not None:
+        return f"the block lists client {twice} {clients.count(twice)} times"
+    left_out = sorted(set(posted) - set(clients))
+    if left_out:
+        return f"client {left_out[0]} posted a commitment the block leaves out"
+    stranger = next((c for c in clients if c not in posted), None)
+    if stranger is not None:
+        return f"the block lists client {stranger}, which posted nothing this round"
+    for client, made in zip(clients, commitments, strict=True):
+        if made != posted[client]:
+            return f"client {client}'s commitment in the block is not the one it posted"
+    return None
+
+
+def _opened_once(block: Block) -> str | None:
+    """Every listed client opened exactly once, nobody else."""
+    opened = block.opened.tolist()
+    twice = next((c for c in opened if opened.count(c) > 1), None)
+    if twice is not None:
+        return f"client {twice}'s update is opened {opened.count(twice)} times"
+    missing = sorted(set(block.clients.tolist()) - set(opened))
+    if missing:
+        return f"client {missing[0]} committed an update the aggregate leaves out"
+    stranger = next((c for c in opened if c not in set(block.clients.tolist())), None)
+    if stranger is not None:
+        return f"the block opens an update of client {stranger}, which is not listed"
     return None
 
 
@@ -103,7 +144,7 @@ class UpdateLedger(Defense):
 
     def __init__(
         self,
-        tamper: Literal["none", "alter", "drop"] = "none",
+        tamper: Literal["none", "alter", "drop", "duplicate", "replace"] = "none",
         tamper_from: Annotated[int, Range(ge=0, what="the first tampered round", eg=3)] = 0,
     ):
         self.tamper, self.tamper_from = tamper, tamper_from
@@ -119,7 +160,7 @@ class UpdateLedger(Defense):
                 "defense",
                 self.name,
                 f"the ledger checks a server's aggregate against its clients' commitments, and "
-                f"protocol={setup.protocol.name} has no server",
+                f"{type(setup.protocol).__name__} (the protocol chosen) has no server",
                 "use protocol=fedavg or fedsgd",
             )
         if self.tamper != "none" and self.tamper_from >= setup.protocol.rounds:
@@ -129,7 +170,6 @@ class UpdateLedger(Defense):
                 f"the run has rounds 0..{setup.protocol.rounds - 1}",
                 f"use defense.tamper_from <= {setup.protocol.rounds - 1}",
             )
-        self._nonces = setup.seeds.numpy("defense.ledger_nonces")
 
     def federate(
         self,
@@ -145,11 +185,11 @@ class UpdateLedger(Defense):
         sent = updates[torch.as_tensor(order, device=updates.device)].cpu().numpy()
         sizes = weights.cpu().numpy()
         clock = time.perf_counter()
-        nonces = tuple(self._nonces.bytes(NONCE_BYTES) for _ in order)
+        nonces = tuple(secrets.token_bytes(NONCE_BYTES) for _ in order)  # the clients' own, not the seed's
         posted = tuple(commitment(round_, int(u), r, x) for u, r, x in zip(order, nonces, sent, strict=True))
         block = self._aggregate(round_, order, posted, nonces, sent, sizes)
         committed = time.perf_counter()
-        failure = verify(block, self.head, sizes)
+        failure = verify(block, self.head, sizes, dict(zip(order.tolist(), posted, strict=True)))
         self._cost["verify"] += time.perf_counter() - committed
         self._cost["commit"] += committed - clock
         self._cost["chain"] += block.chain_bytes()
@@ -170,13 +210,27 @@ class UpdateLedger(Defense):
 
     def _aggregate(self, round_, clients, posted, nonces, sent, sizes) -> Block:
         """The aggregator's block: honest, or tampered with from ``tamper_from`` on."""
+        if self.tamper == "none" or round_ < self.tamper_from:
+            return Block(
+                round_, self.head, clients, posted, clients, nonces, sent, weighted_mean(sent, sizes[clients])
+            )
         opened, used, published = clients, sent, sent
-        if self.tamper != "none" and round_ >= self.tamper_from:
-            if self.tamper == "alter":
-                used = sent.copy()
-                used[0] = -sent[0]
-            else:
-                opened, used, published, nonces = clients[1:], sent[1:], sent[1:], nonces[1:]
+        if self.tamper == "alter":
+            used = sent.copy()
+            used[0] = -sent[0]
+        elif self.tamper == "drop":
+            clients, posted, nonces = clients[1:], posted[1:], nonces[1:]
+            opened, used, published = clients, sent[1:], sent[1:]
+        elif self.tamper == "duplicate":
+            opened = np.full_like(clients, clients[0])
+            used = published = np.repeat(sent[:1], len(clients), axis=0)
+            nonces = (nonces[0],) * len(clients)
+        else:  # replace: a commitment of its own, opened consistently, for the first client
+            used = published = sent.copy()
+            used[0] = -sent[0]
+            own = secrets.token_bytes(NONCE_BYTES)
+            posted = (commitment(round_, int(clients[0]), own, used[0]), *posted[1:])
+            nonces = (own, *nonces[1:])
         aggregate = weighted_mean(used, sizes[opened])
         return Block(round_, self.head, clients, posted, opened, nonces, published, aggregate)
 

@@ -12,8 +12,7 @@ import pandas as pd
 
 from decpriv.report import headline
 from decpriv.report.diff import sweep_keys
-from decpriv.report.grid import swept_overrides
-from decpriv.report.ledger import job_folders
+from decpriv.report.ledger import job_folders, swept_keys_of
 from decpriv.report.run_folder import read_status
 from decpriv.report.sweep import collect
 
@@ -72,8 +71,9 @@ def metrics_and_keys(sweep: Path, table: pd.DataFrame) -> tuple[list[str], list[
         for m in _metric_names(sweep)
         if m in table and (pd.api.types.is_numeric_dtype(table[m]) or _is_flag(table[m].dropna()))
     ]
-    keys = [k for k in swept_overrides(sweep) if k in table.columns]
-    return metrics, keys or sweep_keys(table, set(metrics) | {"job"})
+    keys = [k for k in swept_keys_of(sweep) if k in table.columns]
+    # no plan (ledger, multirun.yaml) names them: the config columns that vary, never a metric (a verdict)
+    return metrics, keys or sweep_keys(table, {*_metric_names(sweep), "job", "error"})
 
 
 def load_sweep(path: Path | str) -> Sweep:

@@ -31,7 +31,14 @@ from decpriv.report.aggregate import (
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.convergence import convergence_note
 from decpriv.report.plots import TRAINING_PANELS
-from decpriv.report.run_folder import RunFolder, read_status, read_table, write_atomic, write_csv
+from decpriv.report.run_folder import (
+    RunFolder,
+    read_status,
+    read_summary,
+    read_table,
+    write_atomic,
+    write_csv,
+)
 from decpriv.report.sweep_plots import MAX_DEFAULT_PLOTS, plot
 from decpriv.report.text import fmt, markdown_table
 
@@ -130,7 +137,7 @@ def run_document(path: Path) -> Document:
             f"{path}: the run is {meta.get('status')} ({meta.get('error') or 'no error recorded'}) and wrote "
             "no summary.csv; rerun it (with hydra.run.dir and resume=true to reuse the folder)"
         )
-    summary = read_table(path / "summary.csv").iloc[0]
+    summary = read_summary(path)
     metrics = [m for m in meta.get("metrics", []) if m in summary]
     values = [summary[m] for m in metrics]
     # numbers stay numbers in aggregate.csv; flags count as 0/1 and words (verdict, method) get their own column

@@ -92,10 +92,14 @@ def read_ledger(sweep: Path | str) -> dict[str, Any] | None:
         ledger = json.loads(file.read_text())
     except (OSError, ValueError) as error:
         raise ConfigError(
-            f"{file}: unreadable or corrupt ({error}); restore it or delete the sweep folder"
+            f"{file}: unreadable or corrupt ({error}); restore it, or delete ledger.json alone (the job "
+            "folders keep every run)"
         ) from None
     if not isinstance(ledger, dict) or not isinstance(ledger.get("jobs"), list):
-        raise ConfigError(f"{file}: not a decpriv sweep ledger; restore it or delete the sweep folder")
+        raise ConfigError(
+            f"{file}: not a decpriv sweep ledger; restore it, or delete ledger.json alone (the job folders "
+            "keep every run)"
+        )
     return ledger
 
 
@@ -108,6 +112,11 @@ def ledger_of(sweep: Path | str) -> dict[str, Any] | None:
     jobs = earlier_jobs(sweep)
     final = {str(num): "ended" for num in range(len(jobs))}
     return {"jobs": jobs, "swept": swept_overrides(sweep), "finished": "before the ledger", "final": final}
+
+
+def swept_keys_of(sweep: Path | str) -> list[str]:
+    """The keys the sweep varied, as its plan names them (its ledger, else Hydra's multirun.yaml)."""
+    return list((ledger_of(sweep) or {}).get("swept") or [])
 
 
 def has_plan(folder: Path | str) -> bool:
@@ -222,6 +231,8 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
 
 
 def _never_started(ledger: dict[str, Any]) -> str:
+    if ledger.get("failed"):
+        return f"the sweep stopped ({ledger['failed']}) before this job began"
     if ledger.get("stopped_by"):
         return f"the sweep was stopped ({ledger['stopped_by']}) before this job began"
     if ledger.get("finished"):
@@ -268,7 +279,9 @@ def update_job(sweep: Path, num: int, running: bool = False) -> None:
             table = render(sweep, ledger)
         row = job_status_row(sweep, ledger, num, running).assign(job=num)
         others = table[table["job"] != num] if "job" in table else table.iloc[0:0]
-        write_csv(sweep / "summary.csv", _ordered(pd.concat([others, row], ignore_index=True), ledger))
+        # a rendering of the ledger, which readers render again: a full disk must not fail the job here
+        with suppress(OSError):
+            write_csv(sweep / "summary.csv", _ordered(pd.concat([others, row], ignore_index=True), ledger))
 
 
 def keep_job(sweep: Path, num: int) -> None:
@@ -299,13 +312,14 @@ def record_end(sweep: Path, num: int, status: str, error: str) -> None:
     update_job(sweep, num)
 
 
-def close_ledger(sweep: Path, stopped_by: str | None = None) -> pd.DataFrame:
-    """The sweep's end (``stopped_by``: the signal that stopped it): every row final; returns the table."""
+def close_ledger(sweep: Path, stopped_by: str | None = None, failed: str | None = None) -> pd.DataFrame:
+    """The sweep's end (``stopped_by``: the signal that stopped it; ``failed``: the error that did):
+    every row final; returns the table."""
     with _locked(sweep):
         ledger = read_ledger(sweep)
         if ledger is None:
             return pd.DataFrame()
-        ledger.update(finished=_now(), stopped_by=stopped_by)
+        ledger.update(finished=_now(), stopped_by=stopped_by, failed=failed)
         table = render(sweep, ledger)
         ledger["final"] = {str(j): s for j, s in zip(table["job"], table["status"], strict=True)}
         _write_ledger(sweep, ledger)

@@ -2,14 +2,19 @@
 
 Tables are written atomically (temporary file + rename) and only after every computation has finished;
 a failure while writing removes the tables already written, so none looks complete beside a failed
-run.json. run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error; it
+run.json. Each table's mark (rows, bytes, SHA-256) goes into run.json's ``tables``, written after the
+tables; every reader (:func:`read_table`) checks a table against its mark, so a table cut or changed
+since (a full disk, a copy that stopped) is refused in one sentence, never read as the run's result. run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error; it
 also holds the host, the process id and a heartbeat, so a run killed outright (SIGKILL, power loss) reads
 as ``interrupted`` rather than ``running`` forever (:func:`read_status`).
 """
 
+import hashlib
+import io
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import threading
@@ -100,8 +105,25 @@ def claim_named_folder(path: Path | str) -> Path:
     return path
 
 
-def write_csv(path: Path, table: pd.DataFrame) -> None:
-    write_atomic(path, table.to_csv(index=False, float_format="%.10g", lineterminator="\n"))
+def write_csv(path: Path, table: pd.DataFrame) -> dict[str, Any]:
+    """Write ``table`` as CSV at ``path`` (atomically); returns its mark (rows, bytes, SHA-256)."""
+    text = table.to_csv(index=False, float_format="%.10g", lineterminator="\n")
+    write_atomic(path, text)
+    data = text.encode()
+    return {"rows": len(table), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_table_name(name: str) -> None:
+    """A table is ``<name>.csv`` in the run folder itself: a name with a path in it (``../x``, ``a/b``)
+    would write elsewhere, and is refused."""
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"table name {name!r}: a table is written as <name>.csv in the run folder itself, so its name "
+            "is a plain file name (letters, digits, '_', '-' and '.', no '/' or '..'); rename the table"
+        )
 
 
 def _now() -> str:
@@ -167,10 +189,16 @@ class RunFolder:
             self.timings[name] = round(time.perf_counter() - begin, 4)
 
     def write_table(self, name: str, table: pd.DataFrame) -> None:
+        """``<name>.csv``, its mark kept for run.json (rewritten now when the run has already ended: a
+        failed run's summary is written after its run.json)."""
+        check_table_name(name)
         if table.attrs.get("keys"):  # declared by report.findings.keyed; read back by decpriv diff
             self.meta.setdefault("table_keys", {})[name] = list(table.attrs["keys"])
         self.written.append(self.path / f"{name}.csv")
-        write_csv(self.path / f"{name}.csv", table)
+        mark = write_csv(self.path / f"{name}.csv", table)
+        self.meta.setdefault("tables", {})[f"{name}.csv"] = mark
+        if self.meta.get("status") in ("completed", "failed"):
+            self._write_meta()
 
     def write_figure(self, relative: str, figure: "Figure") -> None:
         """Save a figure as PNG at ``relative`` and close it."""
@@ -197,6 +225,7 @@ class RunFolder:
         for file in self.written:
             file.unlink(missing_ok=True)
         self.written = []
+        self.meta.pop("tables", None)
         self.meta.update(status="failed", error=error_text(error))
         self._finish()
 
@@ -249,6 +278,7 @@ FIELD_TYPES = {  # run.json fields the readers rely on, with their types
     "wall_seconds": dict,
     "table_keys": dict,
     "warnings": list,
+    "tables": dict,
 }
 
 
@@ -260,7 +290,9 @@ def read_status(path: Path) -> dict[str, Any]:
         return {}
     try:
         meta = json.loads(file.read_text())
-    except (OSError, ValueError) as error:
+    except OSError as error:
+        raise unreadable(file, error) from None
+    except ValueError as error:
         raise corrupt(file, error) from None
     if not isinstance(meta, dict):
         raise corrupt(file, ValueError("not a JSON object"))
@@ -284,13 +316,70 @@ def corrupt(file: Path, error: BaseException) -> ConfigError:
 
 
 def read_table(file: Path) -> pd.DataFrame:
-    """A CSV table of a run folder; a corrupt or unreadable one is refused in one sentence."""
+    """A CSV table of a run folder, checked against its mark in run.json (when the run wrote one); a
+    corrupt, cut or unreadable one is refused in one sentence."""
+    file = Path(file)
     try:
-        return pd.read_csv(file)
+        data = file.read_bytes()
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise corrupt(Path(file), error) from None
+    except OSError as error:
+        raise unreadable(file, error) from None
+    check_mark(file, data)
+    try:
+        return pd.read_csv(io.BytesIO(data))
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise corrupt(file, error) from None
+
+
+def read_summary(folder: Path | str) -> pd.Series:
+    """The one row of a run's summary.csv; a summary with no row (cut inside its header) is refused."""
+    file = Path(folder) / "summary.csv"
+    table = read_table(file)
+    if table.empty:
+        raise ConfigError(
+            f"{file}: holds no row (cut inside its header, or not a run's summary), so there is no result "
+            "to show; rerun the run (its command with resume=true reruns it) or restore the file."
+        )
+    return table.iloc[0]
+
+
+def _mark_of(file: Path) -> dict[str, Any] | None:
+    """The mark run.json beside ``file`` keeps for it; None without one (a run that is still writing, a
+    run from before the marks, a sweep's table): a corrupt run.json is refused by its own readers."""
+    try:
+        marks = json.loads((file.parent / "run.json").read_text()).get("tables")
+    except (OSError, ValueError, AttributeError):
+        return None
+    mark = marks.get(file.name) if isinstance(marks, dict) else None
+    return mark if isinstance(mark, dict) else None
+
+
+def check_mark(file: Path, data: bytes) -> None:
+    """Refuse a table whose bytes are not those its run wrote (run.json's mark: rows, bytes, SHA-256)."""
+    mark = _mark_of(file)
+    if mark is None or hashlib.sha256(data).hexdigest() == mark.get("sha256"):
+        return
+    wrote = mark.get("bytes")
+    how = (
+        f"cut: it holds {len(data)} of the {wrote} bytes ({mark.get('rows')} rows) the run wrote"
+        if isinstance(wrote, int) and len(data) < wrote
+        else "changed since the run wrote it: its SHA-256 is not the one run.json records"
+    )
+    raise ConfigError(
+        f"{file}: {how}, so it is not shown as a result; rerun the run (its command with resume=true "
+        "reruns it) or restore the file."
+    )
+
+
+def unreadable(file: Path, error: OSError) -> ConfigError:
+    """A file that exists and cannot be read (permissions, an I/O error): its fix is not a restore."""
+    fix = (
+        "give yourself read permission (chmod u+r)"
+        if isinstance(error, PermissionError)
+        else "check the disk"
+    )
+    return ConfigError(f"{file}: cannot be read ({error.strerror or error}); {fix}.")
 
 
 def completed_summary(folder: Path | str, meta: dict[str, Any] | None = None) -> pd.DataFrame | None:

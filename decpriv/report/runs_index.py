@@ -13,7 +13,8 @@ import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
-from decpriv.report.run_folder import read_status, read_table
+from decpriv.report.run_folder import read_status, read_summary
+from decpriv.report.text import GAP
 
 COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
     "run",
@@ -59,8 +60,13 @@ def _row(folder: Path) -> dict:
     """A run's index row: what ran (protocol, attack, topology) and the attack's first headline metric
     beside its baseline (decpriv/report/headline.py); a run without an attack, its first training metric."""
     meta = read_status(folder)
-    summary_file = folder / "summary.csv"
-    summary = read_table(summary_file).iloc[0].to_dict() if summary_file.is_file() else {}
+    summary = {}
+    if (folder / "summary.csv").is_file():
+        try:
+            summary = read_summary(folder).to_dict()
+        except ConfigError as error:  # cut or changed: listed, never as a result
+            warnings.warn(str(error), stacklevel=1)
+            meta = {**meta, "status": "corrupt"}
     first = None  # a run that did not complete has no finding: its status says why
     if meta.get("status") == "completed":
         first = next(iter(headline.of_run(meta, summary or None)), None)
@@ -91,7 +97,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     for file in root.rglob("run.json"):
         try:
             rows.append(_row(file.parent))
-        except (ConfigError, IndexError) as error:  # one corrupt folder must not hide the others
+        except ConfigError as error:  # one corrupt folder must not hide the others
             warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
     filters = filters or {}
     known = set().union(*(r["_fields"] for r in rows)) if rows else set()
@@ -109,16 +115,35 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
     return table.sort_values(["started", "run"], kind="stable").reset_index(drop=True)
 
 
-def for_terminal(table: pd.DataFrame) -> pd.DataFrame:
+def for_terminal(
+    table: pd.DataFrame, root: Path | str | None = None, width: int | None = None
+) -> pd.DataFrame:
     """The index for reading: the headline named beside its value and baseline in one cell
-    (``mia_received_auc=0.5675 vs 0.5422 ✓``), third after the run and its status."""
+    (``mia_received_auc=0.5675 vs 0.5422 ✓``), third after the run and its status; the runs relative to
+    ``root`` and, at ``width`` columns, cut from the left so that run, status and headline always fit."""
     cells = [
         f"{name}={headline.cell({'better': better}, value, base)}" if name else ""
         for name, value, base, better in zip(
             table["headline"], table["value"], table["baseline"], table["better"], strict=True
         )
     ]
-    reading = table.assign(headline=cells).drop(columns=["value", "baseline", "better"])
+    runs = [_relative(run, root) for run in table["run"]]
+    if width is not None and runs:
+        lead = max(map(len, ["status", *table["status"].astype(str)])) + max(map(len, ["headline", *cells]))
+        runs = [_tail(run, max(width - lead - 2 * GAP, 12)) for run in runs]
+    reading = table.assign(headline=cells, run=runs).drop(columns=["value", "baseline", "better"])
     return reading[
         ["run", "status", "headline", *[c for c in reading if c not in ("run", "status", "headline")]]
     ]
+
+
+def _relative(run: str, root: Path | str | None) -> str:
+    try:
+        return Path(run).relative_to(Path(root)).as_posix() if root is not None else run
+    except ValueError:
+        return run
+
+
+def _tail(text: str, room: int) -> str:
+    """``text`` cut from the left to ``room`` characters (a run's own folder name is its end)."""
+    return text if len(text) <= room else "…" + text[len(text) - room + 1 :]

@@ -19,7 +19,7 @@ from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.guarantee import guarantee_line
 from decpriv.report.ledger import has_plan
-from decpriv.report.run_folder import read_status, read_table
+from decpriv.report.run_folder import read_status, read_summary, read_table
 from decpriv.report.sweep import collect
 from decpriv.report.text import fmt, markdown_table, print_frame, shown_path, without_details
 from decpriv.stderr import print_error
@@ -64,7 +64,7 @@ def print_headline(run: Path, console: Console) -> None:
     """The attack's headline beside its baselines, the training metrics, the verdict, a line when the
     model has not converged, the pictures, then the folder."""
     meta = read_status(run)
-    summary = read_table(run / "summary.csv").iloc[0]
+    summary = read_summary(run)
     rows = headline_rows(meta, summary)
     table = Table(title=f"decpriv run: {meta.get('status', '?')}", show_header=True)
     for column in ("metric", "value", "baseline", verb_of(meta, summary)):
@@ -109,7 +109,7 @@ def _pictures(run: Path) -> list[Path]:
 def print_job_line(run: Path, line: str, console: Console) -> None:
     """One line per finished sweep job: its swept values, wall time and the attack's headline."""
     meta = read_status(run)
-    summary = read_table(run / "summary.csv").iloc[0]
+    summary = read_summary(run)
     first = headline.of_run(meta, summary.to_dict())[:1]
     shown = "".join(f"  {h['metric']}={headline.label(h, summary)}" for h in first)
     seconds = meta.get("wall_seconds", {}).get("total")
@@ -322,8 +322,8 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         ledger = file.stem == "summary" and has_plan(run)
         frame = collect(run) if ledger else read_table(file)  # a sweep: its ledger, read now
         title = f"{file.name} ({len(frame)} rows)"
-        if file.stem == "summary" and len(frame) == 1 and "job" not in frame:
-            summary = frame.iloc[0]
+        if file.stem == "summary" and meta and "job" not in frame:  # a run's: its one row, or refused
+            summary = read_summary(run)
             shown = headline_rows(meta, summary)
             title = f"{file.name} (headline; {len(frame.columns)} columns in the file)"
             shown = shown.rename(columns={"beats": verb_of(meta, summary)})
@@ -388,7 +388,26 @@ def print_diff(
                 parts = [line] if len(line) <= console.width else line.split("; ")
                 console.print("\n  ".join(parts), highlight=False)
     console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
+    note = _unrepeatable(a, b) if differ else None
+    if note:
+        console.print(note, highlight=False)
     return 1 if differ else 0
+
+
+def _unrepeatable(a: Path, b: Path) -> str | None:
+    """Two runs whose noise is not the seed's (CKKS: SEAL draws it) repeat only within their recorded
+    error: said under the verdict, with that error, so a difference is read against it."""
+    if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
+        return None
+    summaries = [read_summary(x) for x in (a, b)]
+    if not all(isinstance(s.get("he_repeatable"), str) for s in summaries):
+        return None
+    error = max(float(s.get("he_max_abs_error", float("nan"))) for s in summaries)
+    return (
+        f"note: both runs encrypt with CKKS (defense=homomorphic), whose noise SEAL draws from the operating "
+        f"system, not from the seed: they repeat only within its error ({error:.2g} a coordinate of an "
+        "aggregate, he_max_abs_error, carried through training), and its ciphertext sizes and times vary."
+    )
 
 
 def headline_pair(a: Path, b: Path) -> pd.DataFrame:
@@ -397,7 +416,7 @@ def headline_pair(a: Path, b: Path) -> pd.DataFrame:
     if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
         return pd.DataFrame()
     rows = []
-    summary_a, summary_b = (read_table(x / "summary.csv").iloc[0] for x in (a, b))
+    summary_a, summary_b = (read_summary(x) for x in (a, b))
     for entry in headline.of_run(read_status(a), summary_a.to_dict()):
         cells = [headline.label(entry, s) if entry["metric"] in s else "" for s in (summary_a, summary_b)]
         rows.append({"metric": entry["metric"], "A": cells[0], "B": cells[1]})

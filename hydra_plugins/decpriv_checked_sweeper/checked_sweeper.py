@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobStatus
+from hydra.errors import CompactHydraException
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -41,6 +42,10 @@ class CheckedSweeperConf:
 ConfigStore.instance().store(
     group="hydra/sweeper", name="checked", node=CheckedSweeperConf, provider="decpriv"
 )
+
+
+class SweepStopped(CompactHydraException):
+    """An error that stopped the sweep (its ledger says so): Hydra prints its one sentence, no traceback."""
 
 
 def launch_blocks(count: int, kept: set[int], size: int | None) -> list[range]:
@@ -67,6 +72,21 @@ def with_stand_in_launcher(config: DictConfig) -> DictConfig:
     with read_write(swapped), open_dict(swapped):
         swapped.hydra.launcher._target_ = f"{stand_in.__module__}.{stand_in.__qualname__}"
     return swapped
+
+
+def _same_run(config: DictConfig, folder: Path) -> bool:
+    """Whether ``config`` (a job's, composed) resumes and ``folder`` holds its completed run, as the job
+    itself would decide (``decpriv.cli.job``)."""
+    from decpriv.experiment import config_digest, flatten_config
+    from decpriv.report.resume import already_completed, take_resume
+
+    choices = {k: v for k, v in config.hydra.runtime.choices.items() if not k.startswith("hydra")}
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+        if not take_resume(task):
+            return False
+    return already_completed(folder, config_digest(flatten_config(task, choices)))
 
 
 class CheckedSweeper(Sweeper):
@@ -113,17 +133,59 @@ class CheckedSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         launcher = str(self.config.hydra.launcher.get("_target_"))
+        if not self.prechecked:  # a preset's own sweep: decpriv run could not name the jobs it keeps
+            self.kept_jobs |= self._completed(sweep_dir, jobs)
         open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
         returns = []
         try:
             with folded_scheduler_warnings(sweep_dir):
                 for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
                     returns.append(self._launch(sweep_dir, block, [[*jobs[num], *facts] for num in block]))
+            close_ledger(sweep_dir)
         except KeyboardInterrupt as stop:
             close_ledger(sweep_dir, stopped_by=stopping_signal(stop))
             raise
-        close_ledger(sweep_dir)
+        except OSError as error:  # a full disk, a removed folder: the ledger says so, decpriv run too
+            self._stopped_by(sweep_dir, error)
         return returns
+
+    @staticmethod
+    def _stopped_by(sweep_dir: Path, error: OSError) -> None:
+        """Close the ledger with the error that stopped the sweep (``decpriv run`` says it in one
+        sentence); when even that cannot be written, Hydra prints the sentence (a compact error)."""
+        from decpriv.report.ledger import close_ledger, read_ledger
+        from decpriv.report.run_folder import error_text
+
+        try:
+            close_ledger(sweep_dir, failed=error_text(error))
+        except OSError:
+            if (read_ledger(sweep_dir) or {}).get("failed"):
+                return  # ledger.json says it; only its rendering, summary.csv, could not be written
+            raise SweepStopped(
+                f"error: the sweep in {sweep_dir} stopped: {error_text(error)}, and its ledger could not "
+                "record it; free space or make the folder writable, then resume=true reruns the jobs that "
+                "did not complete."
+            ) from None
+
+    def _completed(self, sweep_dir: Path, jobs: list[list[str]]) -> set[int]:
+        """The jobs of a resumed sweep whose folder holds a completed run of the job's config (each
+        composed here, as Hydra's basic sweeper checks its jobs): they are not launched, since Hydra writes
+        a launched job's ``.hydra`` files before the job could say it has nothing to do."""
+        from decpriv.errors import ConfigError
+        from decpriv.report.run_folder import read_status
+
+        assert self.config is not None and self.hydra_context is not None
+        found = set()
+        for num, job in enumerate(jobs):
+            try:
+                done = read_status(sweep_dir / str(num)).get("status") == "completed"
+            except ConfigError:  # a corrupt run.json: the job runs again
+                done = False
+            if done and _same_run(
+                self.hydra_context.config_loader.load_sweep_config(self.config, job), sweep_dir / str(num)
+            ):
+                found.add(num)
+        return found
 
     def _launch(self, sweep_dir: Path, block: range, batch: list[list[str]]) -> list[Any]:
         """One block of jobs; what the launcher reports as failed (or the whole block, when the launcher
