@@ -663,6 +663,7 @@ def _attack_and_account(
             report.merge(attack.evaluate(findings, truth, view))
             report.summary["attack_oracle"] = setup.oracle
             report.summary["attack_device"] = sealed.device
+            report.summary["attack_seal"] = sealed.seal
     if setup.accountant is not None:
         with progress.phase(folder, "account", show_progress):
             report.merge(setup.accountant.account(setup))

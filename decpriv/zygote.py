@@ -151,30 +151,34 @@ def seal_kind() -> str:
     else ``process``; ``DECPRIV_SEAL=process`` asks for the weaker one."""
     if _kind:
         return _kind[0]
-    asked = os.environ.get("DECPRIV_SEAL") != "process"
-    binary = sandbox.bwrap() if asked and sandbox.filters() else None
-    works = False
-    _why[:] = [
-        "DECPRIV_SEAL=process asks for it"
-        if not asked
-        else "no bubblewrap here"
-        if sandbox.bwrap() is None
-        else "no libseccomp here"
-        if binary is None
-        else "bubblewrap cannot start here: no user namespaces?"
-    ]
-    if binary is not None:
-        fd = sandbox.seccomp_file()
-        try:
-            probe = [*sandbox.command(binary, False, 1, fd), "true"]
-            done = subprocess.run(probe, capture_output=True, timeout=10, check=False, pass_fds=[fd])
-            works = done.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            works = False
-        finally:
-            os.close(fd)
-    _kind.append("bubblewrap" if works else "process")
+    binary = sandbox.bwrap()
+    if os.environ.get("DECPRIV_SEAL") == "process":
+        why = "DECPRIV_SEAL=process asks for it"
+    elif binary is None:
+        why = "no bubblewrap here"
+    elif not sandbox.filters():
+        why = "no libseccomp here"
+    else:
+        why = _probe(binary)
+    _kind.append("process" if why else "bubblewrap")
+    _why[:] = [why or ""]
     return _kind[0]
+
+
+def _probe(binary: str) -> str | None:
+    """None where the sandbox starts (``true`` in it), else why not, in bubblewrap's words."""
+    fd = sandbox.seccomp_file()
+    try:
+        probe = [*sandbox.command(binary, False, 1, fd), "true"]
+        done = subprocess.run(probe, capture_output=True, timeout=10, check=False, pass_fds=[fd])
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap cannot start here: {error}"
+    finally:
+        os.close(fd)
+    said = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+    return (
+        None if done.returncode == 0 else f"bubblewrap cannot start here: {said[0] if said else 'it failed'}"
+    )
 
 
 _kind: list[str] = []

@@ -131,7 +131,13 @@ def test_parallel_sweep_writes_the_sequential_tables(tmp_path):
 
 def test_parallel_sweep_refuses_a_bad_job_in_its_workers_before_any_job(tmp_path):
     bad = run_cli(
-        "run", "-m", *SMALL, "topology.n=8,-1", "hydra/launcher=parallel", "hydra.sweep.dir=bad", cwd=tmp_path
+        "run",
+        "-m",
+        "protocol.rounds=4",
+        "topology.n=8,-1",
+        "hydra/launcher=parallel",
+        "hydra.sweep.dir=bad",
+        cwd=tmp_path,
     )
     assert bad.returncode == 2 and not (tmp_path / "bad").exists()
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "topology.n=-1" in bad.stderr

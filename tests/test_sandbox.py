@@ -288,6 +288,10 @@ def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch
         with pytest.warns(UserWarning, match="process seal .* reach the network and this terminal"):
             found = escape(escape_conf / "run", "fork:2", "privileges")
         assert json.loads((escape_conf / "run" / "run.json").read_text())["seal"] == "process"
+        from decpriv.report import headline
+        from decpriv.report.document import run_document
+
+        assert headline.PROCESS_SEAL_NOTE in run_document(escape_conf / "run").facts  # report and show say it
         assert found["fork:2"] == "0 started" or (not sandbox.filters() and os.geteuid() == 0)
         assert "Seccomp=2" in found["privileges"] or not sandbox.filters()
     finally:

@@ -155,6 +155,8 @@ def run_document(path: Path) -> Document:
         facts.append(f"error: {meta['error']}")
     if meta.get("attack_oracle"):
         facts.append(headline.ORACLE_NOTE)
+    if meta.get("seal") == "process":
+        facts.append(headline.PROCESS_SEAL_NOTE)
     if isinstance(summary.get("verdict"), str):
         facts.append(f"verdict: {summary['verdict']}")
     history_file = path / "history.csv"

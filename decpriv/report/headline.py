@@ -50,6 +50,13 @@ ORACLE_NOTE = (
 )
 
 
+# every view of a run whose attack ran outside bubblewrap's sandbox says so (docs/ARCHITECTURE.md)
+PROCESS_SEAL_NOTE = (
+    "seal: process, the attack ran outside bubblewrap's sandbox (it could read and write what the user "
+    "can, and reach the network)"
+)
+
+
 def resolve(declared: tuple[Headline, ...], names: list[str]) -> list[dict[str, Any]]:
     """The declared headlines that the run measured, patterns expanded in the order of ``names``:
     ``[{metric, baseline, better, against}]`` with ``baseline`` a key of ``names``, a number or None.

@@ -90,6 +90,8 @@ def run_notes(run: Path, summary: pd.Series, pictures: bool = True) -> list[str]
     lines += [f"verdict: {summary['verdict']}"] if isinstance(summary.get("verdict"), str) else []
     if summary.get("attack_oracle") in (True, "True", "true"):  # decpriv run and show say it
         lines.insert(0, f"[yellow]{headline.ORACLE_NOTE}[/]")
+    if summary.get("attack_seal") == "process":
+        lines.insert(0, f"[yellow]{headline.PROCESS_SEAL_NOTE}[/]")
     history = run / "history.csv"
     note = convergence_note(read_table(history)) if history.is_file() else None
     lines += [f"[yellow]{note}[/]"] if note else []
