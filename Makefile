@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench gpu-check lint format clean slurm
+.PHONY: run test test-slow bench gpu-check gpu-bench gpu-wheels lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,10 +29,19 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 # On a GPU machine (no .venv needed: its python3 with decpriv's wheels, ../shared/gpu/README.md): cpu vs
-# cuda tables of every protocol, attack family, audit and accountant, then the GPU benchmarks; one table.
+# cuda tables of every protocol, attack family, audit and accountant, each row as its command finishes,
+# each held to its criterion (python3 -m benchmarks.gpu_check --dry lists them); then where the GPU pays.
+# Here, with the network: make gpu-wheels; there: bash .whl/install.sh && make gpu-check gpu-bench
 GPU_PY ?= python3
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.gpu_check
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.gpu_check $(ARGS)
+
+gpu-bench:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.bench_gpu
+
+gpu-wheels:
+	bash ../shared/gpu/wheels.sh
+	bash benchmarks/gpu_wheels.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check decpriv hydra_plugins tests benchmarks

@@ -4,7 +4,7 @@ A GPU splits a reduction or a matrix product's inner dimension otherwise than th
 result differs in its last bits; what a run's tables make of that is the question ``make gpu-check``
 answers on a GPU. On the CPU the same question is asked by running a command inside :class:`ReversedOrder`:
 ``torch.sum``/``mean`` flip the dimensions they reduce, and ``matmul``/``mm``/``bmm``/``@``/``linear``
-flip their inner dimension, before the operation (the same sum in the other order: no term changes, only
+(and ``addmm``/``baddbmm``) flip their inner dimension, before the operation (the same sum in the other order: no term changes, only
 the rounding of the partial sums). It covers the process that enters it (the simulation and the
 evaluation), not the sealed attack process.
 """
@@ -16,6 +16,9 @@ from torch.overrides import TorchFunctionMode
 REDUCTIONS = {torch.sum, torch.Tensor.sum, torch.mean, torch.Tensor.mean}
 PRODUCTS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
 PRODUCTS |= {torch.bmm, torch.Tensor.bmm}
+# input + a @ b: the product's inner dimension reversed, the addition as it was
+ADDED_PRODUCTS = {torch.addmm, torch.Tensor.addmm, torch.Tensor.addmm_, torch.baddbmm, torch.Tensor.baddbmm}
+ADDED_PRODUCTS |= {torch.Tensor.baddbmm_}
 
 
 def _reduced_dims(args: tuple, kwargs: dict) -> tuple[int, ...] | None:
@@ -43,6 +46,9 @@ class ReversedOrder(TorchFunctionMode):
             a, b = args[:2]
             args = (a.flip(-1), b.flip(-2 if b.ndim > 1 else -1), *args[2:])
             self.calls += 1
+        elif func in ADDED_PRODUCTS and len(args) > 2:
+            a, b = args[1:3]
+            args, self.calls = (args[0], a.flip(-1), b.flip(-2), *args[3:]), self.calls + 1
         elif func is functional.linear and len(args) > 1:
             x, weight = args[:2]
             args, self.calls = (x.flip(-1), weight.flip(-1), *args[2:]), self.calls + 1
