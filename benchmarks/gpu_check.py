@@ -67,6 +67,17 @@ CHAOTIC = Criterion(
 SOLVER_RESIDUAL = Criterion(
     "rtol", 0.0, 1e-8, why="a converged solver's residual is rounding noise below tol"
 )
+# iDLG recovers the digit exactly: its gradient-matching objective (5e-14 .. 8e-14 over seeds 0-2) and its
+# relative L2 error (1.6e-7 .. 3.8e-7) are the rounding noise of an exact recovery, which the seed spread
+# cannot judge (it is noise too); held to staying that small on both devices (PSNR is capped at 100 dB)
+RECOVERY_OBJECTIVE = Criterion("rtol", 0.0, 1e-10, why="an exact recovery's objective is rounding noise")
+RECOVERY_ERROR = Criterion("rtol", 0.0, 1e-5, why="an exact recovery's error is rounding noise")
+EXACT_RECOVERY = (
+    ("attack.objective", RECOVERY_OBJECTIVE),
+    ("summary.attack_objective", RECOVERY_OBJECTIVE),
+    ("attack.l2_error", RECOVERY_ERROR),
+    ("summary.attack_l2_error", RECOVERY_ERROR),
+)
 SPREAD_SEEDS = (1, 2)  # the seeds that measure a chaotic command's seed-to-seed spread (seed 0 is the run)
 
 
@@ -93,7 +104,9 @@ COMMANDS: dict[str, Command] = {
     "knowledge_matrix": Command(("attack=knowledge_matrix",), FLOAT64, 0.9),
     "fedavg": Command(("protocol=fedavg", F64, "~attack"), FLOAT64, 3.0),
     "dlg": Command(("attack=dlg", "attack.iterations=40"), CHAOTIC, 3.4, "attack.iterations 40"),
-    "idlg": Command(("attack=idlg", "attack.iterations=40"), CHAOTIC, 3.4, "attack.iterations 40"),
+    "idlg": Command(
+        ("attack=idlg", "attack.iterations=40"), CHAOTIC, 3.4, "attack.iterations 40", EXACT_RECOVERY
+    ),
     "inverting_gradients": Command(
         ("attack=inverting_gradients", "attack.iterations=40"), CHAOTIC, 4.0, "attack.iterations 40"
     ),
@@ -121,14 +134,34 @@ COMMANDS: dict[str, Command] = {
     "muffliato_network_dp": Command(("experiment=muffliato_sgd", F64), FLOAT64, 8.8),
     "random_walk": Command(("experiment=random_walk_privacy",), FLOAT32, 1.1),
     "dpsgd_rdp": Command(("experiment=dpsgd_digits", F64, "protocol.rounds=20"), FLOAT64, 0.6, "rounds 20"),
-    "dpsgd_audit": Command(("experiment=dpsgd_digits_audit", F64), FLOAT64, 60.0),
+    "dpsgd_audit": Command(
+        ("experiment=dpsgd_digits_audit", F64, "attack.trials=40000", "attack.fit_trials=10000"),
+        FLOAT64,
+        15.0,
+        "attack.trials 40000, fit_trials 10000 (of 200000 and 50000)",
+    ),
     "cnn": Command(("model=cnn", "protocol.rounds=10", "~attack"), FLOAT32, 5.0, "protocol.rounds 10"),
 }
 
 
 def own_columns(column: str) -> bool:
-    """Columns that name the machine or time it, which differ between any two devices."""
-    return column in ("device", "device_name", "attack_device") or "seconds" in column
+    """Columns not compared: those that name the machine or time it, which differ between any two
+    devices, and the verdict sentence, which restates compared numbers in words."""
+    return column in ("device", "device_name", "attack_device", "verdict") or "seconds" in column
+
+
+def row_by_row(a: str, b: str) -> list:
+    """Every table two run folders share, compared row by row in order (``diff_paths`` pairs rows by their
+    keys instead): another seed may attack another victim, and its row is still the same metric."""
+    from decpriv.report.diff import compare_tables
+    from decpriv.report.run_folder import read_table
+
+    found = []
+    for path in sorted(Path(a).glob("*.csv")):
+        other = Path(b) / path.name
+        if other.is_file():
+            found.append(compare_tables(path.stem, read_table(path), read_table(other), [], 0.0, 0.0))
+    return found
 
 
 # --- the comparator ------------------------------------------------------------------------------------
@@ -211,17 +244,17 @@ def judge(criterion: Criterion, device_diffs, seed_diffs=(), columns: dict | Non
 # --- running -------------------------------------------------------------------------------------------
 
 
-def run_side(name: str, side: str, seed: int, root: str) -> dict:
+def run_side(name: str, side: str, seed: int, folder: str) -> dict:
     """One run of ``name`` on ``side`` (``cpu``, ``cuda``, ``cpu@N``: the CPU at N threads, or
     ``reversed``: the CPU inside :class:`~benchmarks.reversed_order.ReversedOrder`) with ``seed``, into
-    ``root``; its folder, seconds and the device its attack computed on (run.json's ``attack_device``
+    ``folder``; its folder, seconds and the device its attack computed on (run.json's ``attack_device``
     where recorded)."""
     from contextlib import nullcontext
 
     from benchmarks.reversed_order import ReversedOrder
     from decpriv import api
 
-    folder = Path(root) / name / f"{side}_seed{seed}"
+    folder = Path(folder)
     device = "cuda" if side == "cuda" else "cpu"
     begin = time.perf_counter()
     with ReversedOrder() if side == "reversed" else nullcontext():
@@ -231,21 +264,20 @@ def run_side(name: str, side: str, seed: int, root: str) -> dict:
     return {"folder": str(folder), "seconds": seconds, "attack_device": meta.get("attack_device")}
 
 
-def verdict(name: str, runs: dict[tuple[str, int], dict], sides: tuple[str, str]) -> dict:
-    """The row of one command whose runs have all finished."""
+def verdict(name: str, runs: dict[tuple[int, int], dict]) -> dict:
+    """The row of one command whose runs (keyed by side 0 or 1, and seed) have all finished."""
     from decpriv.report.diff import diff_paths
 
     command = COMMANDS[name]
-    base, other = runs[(sides[0], 0)], runs[(sides[1], 0)]
+    base, other = runs[(0, 0)], runs[(1, 0)]
     device_diffs = diff_paths(base["folder"], other["folder"], 0.0, 0.0)
     seeds = SPREAD_SEEDS if command.runs > 2 else ()
-    seed_diffs = [diff_paths(base["folder"], runs[(sides[0], s)]["folder"], 0.0, 0.0) for s in seeds]
+    seed_diffs = [row_by_row(base["folder"], runs[(0, s)]["folder"]) for s in seeds]
     found = judge(command.criterion, device_diffs, seed_diffs, dict(command.columns))
     return {
         "command": name,
         "criterion": command.criterion.text(),
-        f"{sides[0]}_s": base["seconds"],
-        f"{sides[1]}_s": other["seconds"],
+        "seconds": (base["seconds"], other["seconds"]),
         "attack_device": "/".join(str(r.get("attack_device") or "-") for r in (base, other)),
         "folders": (base["folder"], other["folder"]),
         **found,
@@ -266,13 +298,26 @@ def _start_worker(threads: int, root: str) -> None:
     torch.set_num_threads(threads)
 
 
-def tasks_of(names: list[str], sides: tuple[str, str]) -> list[tuple[str, str, int]]:
-    """Every run the check makes, the longest first (so the last to start are short)."""
+def tasks_of(names: list[str]) -> list[tuple[str, int, int]]:
+    """Every run the check makes as (command, side 0 or 1, seed), the longest first (so the last to start
+    are short)."""
     found = []
     for name in names:
         seeds = SPREAD_SEEDS if COMMANDS[name].runs > 2 else ()
-        found += [(name, sides[0], 0), (name, sides[1], 0), *((name, sides[0], s) for s in seeds)]
+        found += [(name, 0, 0), (name, 1, 0), *((name, 0, s) for s in seeds)]
     return sorted(found, key=lambda task: -COMMANDS[task[0]].estimate_s)
+
+
+def _folder(root: str, name: str, sides: tuple[str, str], index: int, seed: int) -> str:
+    return str(Path(root) / name / f"{index}_{sides[index]}_seed{seed}")
+
+
+def compare(name: str, root: str, sides: tuple[str, str] = ("cpu", "cuda")) -> dict:
+    """One command's row, its runs one after the other in this process (tests/test_gpu.py)."""
+    runs = {
+        (i, s): run_side(name, sides[i], s, _folder(root, name, sides, i, s)) for _, i, s in tasks_of([name])
+    }
+    return verdict(name, runs)
 
 
 def run_check(names: list[str], sides: tuple[str, str], workers: int, threads: int, root: str):
@@ -291,35 +336,35 @@ def run_check(names: list[str], sides: tuple[str, str], workers: int, threads: i
         for pool in pools.values():
             stack.enter_context(pool)
         futures = {
-            pools[counts[side]].submit(run_side, n, side, seed, root): (n, side, seed)
-            for n, side, seed in tasks_of(names, sides)
+            pools[counts[sides[i]]].submit(run_side, n, sides[i], s, _folder(root, n, sides, i, s)): (n, i, s)
+            for n, i, s in tasks_of(names)
         }
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
-                name, side, seed = futures.pop(future)
+                name, index, seed = futures.pop(future)
                 if name not in pending:
                     continue  # the command failed already
                 try:
-                    runs[name][(side, seed)] = future.result()
+                    runs[name][(index, seed)] = future.result()
                 except Exception as error:  # one command's failure is a row of the table, not the end
                     del pending[name]
                     yield {
                         "command": name,
                         "passed": False,
-                        "differing": f"{side}: {type(error).__name__}: {error}",
+                        "differing": f"{sides[index]}: {type(error).__name__}: {error}",
                     }
                     continue
                 pending[name] -= 1
                 if not pending[name]:
                     del pending[name]
-                    yield verdict(name, runs[name], sides)
+                    yield verdict(name, runs[name])
 
 
-def format_row(row: dict, sides: tuple[str, str]) -> str:
+def format_row(row: dict) -> str:
     command = COMMANDS.get(row["command"])
     criterion = row.get("criterion") or (command.criterion.text() if command else "?")
-    times = " ".join(f"{row.get(f'{side}_s', math.nan):7.1f}" for side in sides)
+    times = " ".join(f"{t:7.1f}" for t in row.get("seconds", (math.nan, math.nan)))
     verdict_text = "pass" if row.get("passed") else f"FAIL: {row.get('differing', '')}"
     return (
         f"{row['command']:21} {criterion:26} {times} {row.get('attack_device', '-'):>11} "
@@ -385,11 +430,11 @@ def main(argv: list[str]) -> int:
     begin, rows, root = time.perf_counter(), [], tempfile.mkdtemp(prefix="decpriv-gpu-check-")
     for row in run_check(names, sides, args.workers, threads, root):
         rows.append(row)
-        print(format_row(row, sides), flush=True)
+        print(format_row(row), flush=True)
     print(f"\n{len(rows)} commands in {time.perf_counter() - begin:.0f} s (run folders and logs: {root})")
     print(header(sides))
     for row in sorted(rows, key=lambda r: list(COMMANDS).index(r["command"])):
-        print(format_row(row, sides))
+        print(format_row(row))
     failed = [r["command"] for r in rows if not r.get("passed")]
     print(
         f"verdict: {'every command passes its criterion' if not failed else 'FAILED: ' + ', '.join(failed)}"
