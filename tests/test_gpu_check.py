@@ -58,9 +58,9 @@ def test_a_number_near_zero_is_measured_against_the_absolute_floor_not_relativel
 
 
 def test_text_rows_and_columns_only_one_side_has_always_fail():
-    texts = BASE.assign(verdict=["a", "b", "c"])
+    texts = BASE.assign(outcome=["a", "b", "c"])
     for criterion in (FLOAT32, CHAOTIC):
-        assert not judge(criterion, diff(texts, texts.assign(verdict=["a", "x", "c"])))["passed"]
+        assert not judge(criterion, diff(texts, texts.assign(outcome=["a", "x", "c"])))["passed"]
         assert "rows added/removed" in judge(criterion, diff(BASE, BASE.iloc[:2]))["differing"]
         assert "one side only" in judge(criterion, diff(BASE, BASE.assign(extra=1.0)))["differing"]
 
@@ -106,3 +106,10 @@ def test_every_command_states_a_criterion_an_estimate_and_why(capsys):
     assert {c.criterion.kind for c in gpu_check.COMMANDS.values()} == {"rtol", "seed_spread"}
     total = sum(c.runs * c.estimate_s for c in gpu_check.COMMANDS.values())
     assert total / 8 + gpu_check.STARTUP_S < 300
+
+
+def test_the_machine_its_timings_and_the_verdict_sentence_are_not_compared():
+    """They differ between any two devices (the verdict restates compared numbers in words)."""
+    a = BASE.assign(device="cpu", attack_device="cpu", audit_seconds=1.0, verdict="AUC 0.61")
+    b = a.assign(device="cuda", attack_device="cuda", audit_seconds=2.0, verdict="AUC 0.62")
+    assert judge(Criterion("exact"), diff(a, b))["passed"]
