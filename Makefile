@@ -39,8 +39,12 @@ gpu-check:
 gpu-bench:
 	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.bench_gpu
 
+# the shared script also ignores .whl in .git/info/exclude, which a git worktree (.git a file) lacks: it
+# runs in a scratch folder, and .gitignore ignores .whl
 gpu-wheels:
-	bash ../shared/gpu/wheels.sh
+	rm -rf .whl/stage && mkdir -p .whl/stage/.git/info
+	cd .whl/stage && bash $(CURDIR)/../shared/gpu/wheels.sh
+	mv .whl/stage/.whl/* .whl/ && rm -rf .whl/stage
 	bash benchmarks/gpu_wheels.sh
 
 lint: $(STAMP)
