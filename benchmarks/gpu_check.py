@@ -14,8 +14,13 @@ Criteria, one per command:
   below a stated fraction of the largest difference that another seed makes in that column, measured in the
   same check (seeds 1 and 2, on the CPU), never a loosened rtol.
 
-The device's own columns (``device``, ``device_name``, ``attack_device``, seconds) are not compared; the
-attack's device, where run.json records it, is shown.
+- **a named column's own**: values that are rounding noise by construction (a converged solver's residual,
+  an exact recovery's error) are held to staying below an absolute floor on both devices.
+
+A row's measure is the largest relative difference (against a floor of atol/rtol) for a tolerance, the
+largest ratio of the device's difference to the seed spread for the spread. The device's own columns
+(``device``, ``device_name``, ``attack_device``, seconds) and the verdict sentence are not compared; the
+attack's device, where run.json records it, is shown (cpu side / other side).
 
     make gpu-check                                     # on a machine with a GPU
     python3 -m benchmarks.gpu_check --dry              # each command, its criterion and estimated time
