@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
 TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: run test test-slow bench gpu-check gpu-sandbox lint format clean slurm
+.PHONY: run test test-slow bench gpu-check gpu-bench gpu-wheels gpu-sandbox lint format clean slurm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,10 +33,23 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 # On a GPU machine (no .venv needed: its python3 with decpriv's wheels, ../shared/gpu/README.md): cpu vs
-# cuda tables of every protocol, attack family, audit and accountant, then the GPU benchmarks; one table.
+# cuda tables of every protocol, attack family, audit and accountant, each row as its command finishes,
+# each held to its criterion (python3 -m benchmarks.gpu_check --dry lists them); then where the GPU pays.
+# Here, with the network: make gpu-wheels; there: bash .whl/install.sh && make gpu-check gpu-bench
 GPU_PY ?= python3
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.gpu_check
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.gpu_check $(ARGS)
+
+gpu-bench:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.bench_gpu
+
+# the shared script also ignores .whl in .git/info/exclude, which a git worktree (.git a file) lacks: it
+# runs in a scratch folder, and .gitignore ignores .whl
+gpu-wheels:
+	rm -rf .whl/stage && mkdir -p .whl/stage/.git/info
+	cd .whl/stage && bash $(CURDIR)/../shared/gpu/wheels.sh
+	mv .whl/stage/.whl/* .whl/ && rm -rf .whl/stage
+	bash benchmarks/gpu_wheels.sh
 
 # On a GPU machine: does CUDA start in the attack's sandbox (and if not, which restriction stops it)
 gpu-sandbox:

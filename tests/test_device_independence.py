@@ -169,9 +169,11 @@ def test_the_gpu_check_finds_two_runs_of_one_seed_equal_and_of_two_seeds_not(tmp
     from benchmarks import gpu_check
     from decpriv import api
 
-    same = gpu_check.compare("gossip", str(tmp_path / "same"), devices=("cpu", "cpu"))
-    assert same["equal"] and same["max_rel_diff"] == 0.0
-    real_run, seeds = api.run, iter([0, 1])
-    monkeypatch.setattr(api, "run", lambda overrides, out: real_run([*overrides, f"seed={next(seeds)}"], out))
-    other = gpu_check.compare("gossip", str(tmp_path / "other"), devices=("cpu", "cpu"))
-    assert not other["equal"] and other["max_rel_diff"] > 1e-6 and "history" in other["differing"]
+    same = gpu_check.compare("gossip", str(tmp_path / "same"), sides=("cpu", "cpu"))
+    assert same["passed"] and same["measure"] == 0.0 and same["folders"][0] != same["folders"][1]
+    real_run, seeds = api.run, iter(["seed=0", "seed=1"])
+    monkeypatch.setattr(
+        api, "run", lambda overrides, out: real_run([*overrides[:-2], next(seeds), "plots=false"], out)
+    )
+    other = gpu_check.compare("gossip", str(tmp_path / "other"), sides=("cpu", "cpu"))
+    assert not other["passed"] and other["measure"] > 1e-6 and "history" in other["differing"]

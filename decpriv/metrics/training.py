@@ -8,17 +8,19 @@ from torch import nn
 
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
+from decpriv.metrics.rates import exact_mean, exact_sum, hit_rate
 from decpriv.models.functional import FunctionalModel
 
 
 def consensus_distance(theta: torch.Tensor) -> float:
     """C = sum_v sum_{u != v} ||theta_v - theta_u||^2 / (n^2 - n) = 2 sum_v ||theta_v - mean||^2 / (n - 1)."""
     n = theta.shape[0]
-    # float64: a float32 sum's rounding depends on how many threads split it, and a sweep's jobs run with
-    # different thread counts (one per joblib worker), yet must write the same tables
+    # float64 and the nodes' terms summed exactly: a sum's rounding depends on how many threads split it,
+    # and a sweep's jobs run with different thread counts (one per joblib worker), yet must write the
+    # same tables
     theta = theta.double()
-    spread = ((theta - theta.mean(0)) ** 2).sum()
-    return float(2.0 * spread / max(n - 1, 1))
+    spread = exact_sum(((theta - theta.mean(0)) ** 2).sum(1))
+    return 2.0 * spread / max(n - 1, 1)
 
 
 def least_squares_optimum(model: FunctionalModel, local: LocalData) -> torch.Tensor | None:
@@ -88,34 +90,33 @@ class Evaluator:
         test, own = [], []
         for start in range(0, theta.shape[0], self.node_chunk):
             block = slice(start, start + self.node_chunk)
-            test.append((m.predict(theta[block], x_test) == y_test).float().mean(1))
-            hits = (own_predict(theta[block], self.own_x[block]) == self.own_y[block]).float()
-            mask = self.own_mask[block].float()
-            own.append((hits * mask).sum(1) / mask.sum(1))
+            test.append(hit_rate(m.predict(theta[block], x_test) == y_test, 1))
+            hits = own_predict(theta[block], self.own_x[block]) == self.own_y[block]
+            own.append(hit_rate(hits, 1, self.own_mask[block]))
         return torch.cat(test), torch.cat(own)
 
     @torch.no_grad()
     def __call__(self, theta: torch.Tensor) -> dict[str, float]:
         m = self.model
         local_loss = torch.func.vmap(m.loss)(theta, self.own_x, self.own_y, self.own_mask.to(theta.dtype))
-        row = {"train_loss": float(local_loss.mean()), "consensus_distance": consensus_distance(theta)}
+        row = {"train_loss": exact_mean(local_loss), "consensus_distance": consensus_distance(theta)}
         if self.optimum is not None:
             gap = ((theta.double() - self.optimum) ** 2).sum(1).mean()
             row["optimality_gap"] = float(gap)
         if not self.classification:
             return row
         avg = theta.mean(0, keepdim=True)
-        test_avg = float((m.predict(avg, self.x_test)[0] == self.y_test).float().mean())
-        train_avg = float((m.predict(avg, self.x_train)[0] == self.y_train).float().mean())
+        test_avg = float(hit_rate(m.predict(avg, self.x_test)[0] == self.y_test))
+        train_avg = float(hit_rate(m.predict(avg, self.x_train)[0] == self.y_train))
         local_test, local_train = self._local_accuracies(theta)
         row.update(
             test_accuracy=test_avg,
             train_accuracy=train_avg,
             generalization_error=train_avg - test_avg,
-            local_test_accuracy_mean=float(local_test.mean()),
+            local_test_accuracy_mean=exact_mean(local_test),
             local_test_accuracy_min=float(local_test.min()),
             local_test_accuracy_max=float(local_test.max()),
-            local_train_accuracy_mean=float(local_train.mean()),
+            local_train_accuracy_mean=exact_mean(local_train),
             local_train_accuracy_min=float(local_train.min()),
             local_train_accuracy_max=float(local_train.max()),
         )

@@ -22,6 +22,7 @@ from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
 from decpriv.config_types import Range, checked
 from decpriv.errors import bad_value
+from decpriv.metrics.rates import hit_rate
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
@@ -136,18 +137,18 @@ class Echo(Attack):
         v = torch.as_tensor(table.victim.to_numpy().copy())
         with torch.no_grad():
             own = forward_many(view.model, findings.targets.models, local.x[v], shared=False).argmax(-1)
-        train_acc = ((own == local.y[v]) & local.mask[v]).sum(1) / local.mask[v].sum(1)
+        train_acc = hit_rate(own == local.y[v], 1, local.mask[v])
         with torch.no_grad():
             outside = forward_many(view.model, findings.targets.models, truth.dataset.x_test, shared=True)
-        test_acc = (outside.argmax(-1) == truth.dataset.y_test).double().mean(1)
+        test_acc = hit_rate(outside.argmax(-1) == truth.dataset.y_test, 1)
         # a model holding NaN or inf is refused (mia.py): its argmax is no prediction, its accuracies unknown
         refused = torch.as_tensor(~table.finite_model.to_numpy())
         train_acc = torch.where(refused, torch.nan, train_acc.double())
-        test_acc = torch.where(refused, torch.nan, test_acc)
+        test_acc = torch.where(refused, torch.nan, test_acc.double())
         # both parts kept: the error cannot exceed 1 - test accuracy, which caps the echo's amplification
         table["local_train_accuracy"] = train_acc.numpy()
         table["test_accuracy"] = test_acc.numpy()
-        table["local_generalisation_error"] = (train_acc.double() - test_acc).numpy()
+        table["local_generalisation_error"] = (train_acc - test_acc).numpy()
         last = table[table["round"] == table["round"].max()]
         victim, others = last[last.view == "echo_victim"], last[last.view == "other_neighbour"]
         summary = {

@@ -36,6 +36,7 @@ from decpriv.config_types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.errors import bad_value
+from decpriv.metrics.rates import hit_rate
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -339,9 +340,7 @@ class _Pools:
         labels = torch.cat([torch.ones_like(keep), torch.zeros_like(mask)], 1) & valid
         true = statistics(pooled, valid, labels[:, None, :], self.thresholds)
         drawn = statistics(pooled, valid, relabelled, self.thresholds)
-        accuracy = (train.argmax(-1) == y_all).double().mean(1) - (
-            outside.argmax(-1) == data.y_test
-        ).double().mean(1)
+        accuracy = hit_rate(train.argmax(-1) == y_all, 1) - hit_rate(outside.argmax(-1) == data.y_test, 1)
         return {
             **{name: true[name][:, 0].numpy() for name in STATISTICS},
             **{f"null {name}": drawn[name].numpy() for name in STATISTICS},

@@ -9,6 +9,8 @@ from typing import Literal
 
 import torch
 
+from decpriv.metrics.rates import hit_rate
+
 EPS = 1e-5  # as in the authors' code: keeps log(0) finite for confident predictions
 
 
@@ -42,6 +44,6 @@ def best_threshold_advantage(
     high = torch.maximum(torch.where(mask, members, -big).amax(1), others.amax(1))
     steps = torch.linspace(0, 1, count, dtype=members.dtype)
     rho = low[:, None] + (high - low)[:, None] * steps  # (K, count)
-    tpr = ((members[:, None, :] < rho[:, :, None]) & mask[:, None, :]).sum(-1) / mask.sum(1, keepdim=True)
-    tnr = (others[:, None, :] >= rho[:, :, None]).float().mean(-1)
+    tpr = hit_rate(members[:, None, :] < rho[:, :, None], -1, mask[:, None, :].expand(-1, count, -1))
+    tnr = hit_rate(others[:, None, :] >= rho[:, :, None], -1)
     return ((tpr + tnr) / 2).amax(1) - 0.5
