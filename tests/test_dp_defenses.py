@@ -325,3 +325,17 @@ def test_decor_least_squares_tuned_couples_reproduce_paper_ordering_and_magnitud
     assert float(table.loc[("cdp", "complete"), "protocol.lr"]) == 1.668e-3
     for cell, (paper, factor) in PAPER_EPS10.items():
         assert paper / factor < gap[cell] < factor * paper, (cell, gap[cell], paper)
+
+
+def test_a_calibrated_sigma_cdp_too_small_for_the_threat_names_the_excess_that_works():
+    """Colluders who can isolate a ring node leave DECOR the private noise alone: the refusal names the
+    key the user set (the excess; the calibrated sigma_cdp was never theirs) and a value that works."""
+    from decpriv.api import compose_config
+    from decpriv.experiment import build
+
+    threat = ["defense=decor", "accountant=secldp", "accountant.threat=collusion", "accountant.collusion=2"]
+    with pytest.raises(ConfigError, match=r"^defense\.cdp_excess=1\.01: .* above 4 however large") as refused:
+        build(compose_config([*threat, "defense.cdp_excess=1.01"])[0])
+    fix = re.search(r"use (defense\.cdp_excess=[\d.]+)", str(refused.value)).group(1)
+    setup = build(compose_config([*threat, fix])[0])  # accepted: its private noise covers each node
+    assert setup.defense.sigma_cdp > 0.7597  # cdp_excess 4's, which was refused

@@ -27,11 +27,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter  # noqa: E402
+from scipy.optimize import brentq  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
 from decpriv.config_types import checked
 from decpriv.defenses.decor import CdpExcess  # noqa: E402
-from decpriv.errors import bad_value  # noqa: E402
+from decpriv.errors import ConfigError, bad_value  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402
 from decpriv.privacy.rdp import (  # noqa: E402
     RDP_METHOD,
@@ -184,10 +185,37 @@ class SecLDPAccountant(Accountant):
                 "SecLDP needs private noise",
                 "set defense.sigma_cdp > 0 or null",
             )
-        sigma_cor = calibrate_sigma_cor(
-            setup.network.adjacency, sigma_cdp, defense.clip, target_slope, self.threat, self.collusion
-        )
+        try:
+            sigma_cor = calibrate_sigma_cor(
+                setup.network.adjacency, sigma_cdp, defense.clip, target_slope, self.threat, self.collusion
+            )
+        except ConfigError:
+            if defense.sigma_cdp is not None:  # the user's own sigma_cdp: the sentence names it
+                raise
+            key = "accountant.cdp_excess" if self.cdp_excess else "defense.cdp_excess"
+            needed = self._least_private(setup, target_slope) * math.sqrt(n) / sigma_ldp
+            raise bad_value(
+                key,
+                self.cdp_excess or defense.cdp_excess,
+                f"the private noise it calibrates (sigma_cdp {sigma_cdp:.4g}) is too small for any correlated "
+                f"noise to reach the target under threat={self.threat}: correlated noise only hides a node "
+                f"among the others, and here it needs {key} above {needed:.3g} however large sigma_cor",
+                f"use {key}={math.ceil(needed * 1.1 * 10) / 10:g}, or raise the epsilon target",
+            ) from None
         defense.calibrate(sigma_cdp, sigma_cor)
+
+    def _least_private(self, setup: Setup, target_slope: float, high: float = 1e6) -> float:
+        """The sigma_cdp whose worst slope meets the target with sigma_cor at ``high`` C (the least private
+        noise any correlated noise can work with), by Brent's method on log sigma_cdp."""
+        clip, adjacency = setup.defense.clip, setup.network.adjacency
+
+        def excess(log_cdp: float) -> float:
+            slopes = worst_slopes(
+                adjacency, math.exp(log_cdp), high * clip, clip, self.threat, self.collusion
+            )
+            return math.log(slopes.max() / target_slope)
+
+        return math.exp(brentq(excess, math.log(1e-6 * clip), math.log(high * clip), xtol=1e-10))
 
     def slope_for_target(self, setup: Setup, target: float) -> float:
         """The per-step Renyi slope c (user-level units, 2 C^2 [Sigma^-1]_ii) whose run meets ``target``."""
