@@ -1,6 +1,7 @@
 """Data poisoning: label flipping and a backdoor trigger (:mod:`decpriv.attacks.poisoning.data_poisons`),
 each Byzantine node training on its own poisoned data (:class:`~decpriv.attacks.poisoning.forgers.PoisonedTrainer`)."""
 
+from abc import abstractmethod
 from typing import Annotated
 
 from decpriv.adversary.view import AttackContext, DataSpec
@@ -15,8 +16,9 @@ Fraction = Annotated[float, Range(gt=0, le=1, what="the share of samples poisone
 
 
 class DataPoisoning(Poisoning):
+    @abstractmethod
     def poison(self, context: AttackContext):
-        raise NotImplementedError
+        """The data poison its nodes train on (a label flip, a backdoor's trigger)."""
 
     def prepare(self, context: AttackContext):
         plan = super().prepare(context)

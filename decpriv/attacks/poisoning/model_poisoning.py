@@ -2,6 +2,7 @@
 (:mod:`decpriv.attacks.poisoning.vectors` for each paper's vector), forged by
 :class:`~decpriv.attacks.poisoning.forgers.VectorForger`."""
 
+from abc import abstractmethod
 from functools import partial
 from typing import Annotated, Literal
 
@@ -30,8 +31,9 @@ def _apply(craft, args, mean, std, generator):
 class VectorAttack(Poisoning):
     knowledge: str = "neighbours"
 
+    @abstractmethod
     def craft(self, plan):
-        raise NotImplementedError
+        """The forger's crafting function ``(mean, std, generator) -> the Byzantine vector``."""
 
     def behaviour(self, context: AttackContext, plan) -> VectorForger:
         heard = context.adversary.observed_senders(context.network)
