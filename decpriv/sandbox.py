@@ -62,10 +62,19 @@ class Limits:
             resource.setrlimit(limit, (value, value))
         # the soft limit sends SIGXCPU, which the warden reports; the hard one a second later kills
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 1))
-        if self.processes:
-            resource.setrlimit(resource.RLIMIT_NPROC, (self.processes + 1,) * 2)
+        if self.processes:  # the kernel counts every process of this user it can see (root: none)
+            resource.setrlimit(resource.RLIMIT_NPROC, (users_processes() + self.processes,) * 2)
         else:
             no_new_processes()
+
+
+def users_processes() -> int:
+    """How many processes of this user /proc shows (in the sandbox: its own namespace's)."""
+    count = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        with suppress(OSError):
+            count += entry.stat().st_uid == os.getuid()
+    return count
 
 
 def check(values: dict[str, Any]) -> None:
@@ -234,10 +243,10 @@ def filters() -> bool:
 def no_new_processes() -> None:
     """A second filter, in the sealed child: fork, vfork and a clone without CLONE_THREAD answer EAGAIN
     (as at a process limit), so it cannot start a process; threads still start. Without libseccomp (the
-    process seal only: bubblewrap's needs it) the process limit is RLIMIT_NPROC at one, which binds this
-    user's processes (not root's)."""
-    if not filters():
-        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+    process seal only: bubblewrap's needs it) RLIMIT_NPROC at the count of this user's processes now
+    (which does not bind root)."""
+    if not filters():  # at the count there is now, a fork is refused (not for root: the kernel's rule)
+        resource.setrlimit(resource.RLIMIT_NPROC, (users_processes(),) * 2)
         return
     import pyseccomp as sc
 

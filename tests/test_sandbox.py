@@ -297,3 +297,17 @@ def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch
     finally:
         monkeypatch.undo()
         zygote.warm()  # back to this machine's seal for the next test
+
+
+def test_a_process_allowance_counts_from_the_processes_already_there(monkeypatch):
+    """RLIMIT_NPROC counts every process of the user: sandbox.processes=2 is the count now plus two (for
+    a user that is not root; root is not bound by it), and without libseccomp no new one at all."""
+    assert sandbox.users_processes() >= 1  # this one, at least
+    set_to = {}
+    monkeypatch.setattr(sandbox.resource, "setrlimit", lambda kind, value: set_to.__setitem__(kind, value))
+    monkeypatch.setattr(sandbox, "users_processes", lambda: 7)
+    sandbox.Limits(processes=2).apply()
+    assert set_to[sandbox.resource.RLIMIT_NPROC] == (9, 9)
+    monkeypatch.setattr(sandbox, "filters", lambda: False)
+    sandbox.no_new_processes()
+    assert set_to[sandbox.resource.RLIMIT_NPROC] == (7, 7)
