@@ -38,7 +38,7 @@ class Limits:
     """What one sealed attack process may use (config ``sandbox.*``; rlimits, applied in the child)."""
 
     memory_gib: Annotated[float, Range(gt=0, what="the attack process's memory (GiB)", eg=16)] = 8.0
-    cpu_seconds: Annotated[int, Range(ge=1, what="the attack process's CPU time (s)", eg=7200)] = 3600
+    cpu_seconds: Annotated[int, Range(ge=1, what="the attack process's CPU time (s)", eg=72000)] = 36000
     file_mib: Annotated[int, Range(ge=1, what="the largest file it may write (MiB)", eg=1024)] = 256
     processes: Annotated[int, Range(ge=0, what="the processes it may start", eg=4)] = 0
     scratch_mib: Annotated[int, Range(ge=1, what="its /tmp and /dev/shm (MiB each)", eg=1024)] = 256
