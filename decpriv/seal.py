@@ -100,8 +100,10 @@ class Sealed:
         self._socket, self._lifeline = processes.session(module, self.limits)
         self._said = b""  # what the warden said on the lifeline (how the child ended)
         self._file = self._socket.makefile("rwb")
+        self._to_cpu = False  # GPU tensors cross as the CPU's where the process cannot use the GPU
         self._send((attack, device))
         self.device = self._usable(device)  # where the attack computes, for run.json and summary.csv
+        self._to_cpu = gpu and self.device == "cpu"
 
     def _usable(self, device: str) -> str:
         """The device the sealed process can compute on (it tried the run's); where it cannot use the
@@ -124,7 +126,7 @@ class Sealed:
         self.close()
 
     def _send(self, message: Any) -> None:
-        kind = ToCPU if getattr(self, "device", "cpu") == "cpu" else pickle.Pickler
+        kind = ToCPU if self._to_cpu else pickle.Pickler
         kind(self._file, pickle.HIGHEST_PROTOCOL).dump(message)
         self._file.flush()
 
