@@ -37,11 +37,14 @@ bench: $(STAMP)
 # each held to its criterion (python3 -m benchmarks.gpu_check --dry lists them); then where the GPU pays.
 # Here, with the network: make gpu-wheels; there: bash .whl/install.sh && make gpu-check gpu-bench
 GPU_PY ?= python3
+# torch before 2.12 names its compile cache after the user and fails where the uid has no entry in
+# /etc/passwd (a container's root on the GPU machine): a cache folder given by name needs none
+GPU_ENV = PYTHONPATH=$(CURDIR) TORCHINDUCTOR_CACHE_DIR=$${TORCHINDUCTOR_CACHE_DIR:-/tmp/torchinductor-decpriv}
 gpu-check:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.gpu_check $(ARGS)
+	$(GPU_ENV) $(GPU_PY) -u -m benchmarks.gpu_check $(ARGS)
 
 gpu-bench:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -u -m benchmarks.bench_gpu
+	$(GPU_ENV) $(GPU_PY) -u -m benchmarks.bench_gpu
 
 # the shared script also ignores .whl in .git/info/exclude, which a git worktree (.git a file) lacks: it
 # runs in a scratch folder, and .gitignore ignores .whl
@@ -53,7 +56,7 @@ gpu-wheels:
 
 # On a GPU machine: does CUDA start in the attack's sandbox (and if not, which restriction stops it)
 gpu-sandbox:
-	PYTHONPATH=$(CURDIR) $(GPU_PY) -m benchmarks.sandbox_cuda
+	$(GPU_ENV) $(GPU_PY) -m benchmarks.sandbox_cuda
 
 lint: $(STAMP)
 	$(BIN)/ruff check decpriv hydra_plugins tests benchmarks

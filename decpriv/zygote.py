@@ -53,6 +53,10 @@ def child_environment(seal: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"  # the attack's prints reach the relay as they are made
     if seal == "bubblewrap":  # its home is its private /tmp (matplotlib's and fontconfig's caches)
         env["TMPDIR"] = env["HOME"] = "/tmp"
+        # no /etc/passwd over there: getpass asks these first (torch before 2.12 names its compile cache
+        # after the user and fails without one, so every L-BFGS attack did on a GPU machine's torch 2.11)
+        env["USER"] = env["LOGNAME"] = "attack"
+        env["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/torchinductor"
     elif "TMPDIR" in os.environ:
         env["TMPDIR"] = os.environ["TMPDIR"]
     return env

@@ -9,6 +9,7 @@ plain function, so that a test can show it works where nothing confines it (the 
 import ctypes
 import errno
 import fcntl
+import getpass
 import glob
 import mmap
 import os
@@ -184,7 +185,13 @@ def allocate(gib: float) -> str:
     return f"ok {torch.ones(int(gib * 2**30), dtype=torch.uint8).numel()}"
 
 
+def identity() -> str:
+    """The user name the libraries an attack imports ask for (torch's compile cache is named after it)."""
+    return f"ok {getpass.getuser()} {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}"
+
+
 WAYS = {
+    "identity": lambda target: identity(),
     "print": lambda target: chatter(),
     "allocate": lambda target: allocate(float(target)),
     "privileges": lambda target: privileges(),

@@ -88,6 +88,7 @@ def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
         "unmount:/tmp",
         "remount:/",
         "processes",
+        "identity",
         *(f"plant:{path}" for path in planted),
     )
     fields = dict(pair.split("=") for pair in found["privileges"].split())
@@ -100,6 +101,8 @@ def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
     assert found[f"plant:{planted[1]}"].startswith("refused")  # the root is read-only over there
     for path in planted:  # a write into its private /tmp stays there
         assert not path.exists(), path
+    # no password database over there, yet a user name and a compile cache in its own /tmp
+    assert found["identity"] == "ok attack /tmp/torchinductor"
     assert status(escape_conf / "run") == "completed"
     meta = json.loads((escape_conf / "run" / "run.json").read_text())
     assert meta["seal"] == "bubblewrap" and meta["attack_device"] == "cpu"
