@@ -3,7 +3,8 @@
 - D-SGD with the small CNN on a 1024-node torus (the digits, one or two images a node), 20 rounds;
 - ResNet-20 on 16 nodes, 20 rounds;
 - the DP-SGD audit preset (its trials run in the attack's process, on the CPU, on either device);
-- gradient inversion with 16, 64 and 256 restarts stacked in one problem (the CNN, one digit).
+- gradient inversion with 16, 64 and 256 restarts stacked in one problem (the CNN, one digit), on the GPU
+  kernel by kernel (eager) and replayed as a CUDA graph.
 Whole-run rows give the simulate phase from run.json (``wall_seconds.simulate``) and the whole run.
 Without a GPU it says so in one line (``make bench`` runs it everywhere).
 """
@@ -34,8 +35,9 @@ def whole_run(overrides: tuple[str, ...], device: str, root: Path) -> tuple[floa
     return json.loads((folder / "run.json").read_text())["wall_seconds"].get("simulate", float("nan")), wall
 
 
-def inversion_rate(device: str, restarts: int, iterations: int = 30) -> float:
-    """Optimiser iterations per second (every restart takes one step per iteration)."""
+def inversion_rate(device: str, restarts: int, graphs: bool = True, iterations: int = 30) -> float:
+    """Optimiser iterations per second (every restart takes one step per iteration); on the GPU with the
+    objective replayed as a CUDA graph (``graphs``) or launched kernel by kernel."""
     from torch.func import grad
 
     from decpriv.attacks.inversion import InversionConfig, invert
@@ -47,7 +49,9 @@ def inversion_rate(device: str, restarts: int, iterations: int = 30) -> float:
     theta = model.init(1, 0)[0].to(device)
     x, y = data.x_train[:1].to(device), data.y_train[:1].to(device)
     target = grad(model.loss)(theta, x, y)
-    config = InversionConfig(cost="sim", optimiser="adam", iterations=iterations, lr=0.1, restarts=restarts)
+    config = InversionConfig(
+        cost="sim", optimiser="adam", iterations=iterations, lr=0.1, restarts=restarts, graphs=graphs
+    )
     invert(model, theta, target, (1, 8, 8), 10, 1, y, (0.0, 1.0), config)  # warm-up: first trace
     begin = time.perf_counter()
     invert(model, theta, target, (1, 8, 8), 10, 1, y, (0.0, 1.0), config)
@@ -71,9 +75,11 @@ def main() -> None:
             flush=True,
         )
     for restarts in RESTARTS:
-        cpu, gpu = inversion_rate("cpu", restarts), inversion_rate("cuda", restarts)
-        label = f"inversion x{restarts}"
-        print(f"{label:22} {cpu:9.1f}it/s {gpu:9.1f}it/s {gpu / cpu:8.1f}x", flush=True)
+        cpu = inversion_rate("cpu", restarts)
+        for graphs in (False, True):
+            gpu = inversion_rate("cuda", restarts, graphs)
+            label = f"inversion x{restarts} {'graph' if graphs else 'eager'}"
+            print(f"{label:22} {cpu:9.1f}it/s {gpu:9.1f}it/s {gpu / cpu:8.1f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,18 @@ Skipped without a visible GPU: CI runs on the CPU, where tests/test_same_tables.
 the draws equal. ``make gpu-check`` runs the same comparisons in parallel, printing each row as it is done.
 """
 
+import dataclasses
+
 import pytest
 import torch
+from torch.func import grad
 
 from benchmarks.gpu_check import COMMANDS, compare
+from decpriv.attacks.inversion import InversionConfig, invert
+from decpriv.data.datasets import digits
+from decpriv.device import repeatable_cuda
+from decpriv.models.architectures import cnn
+from decpriv.rng import Seeds
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
 
@@ -21,3 +29,19 @@ def test_cuda_reproduces_the_cpu_tables_within_the_command_criterion(tmp_path, n
     assert row["passed"], f"{name} ({row['criterion']}): {row['differing']} (measure {row['measure']:.2e})"
     cuda_summary = next((tmp_path / name).glob("1_cuda_seed0")) / "summary.csv"
     assert "cuda" in cuda_summary.read_text().splitlines()[1]  # the device that ran is recorded
+
+
+@pytest.mark.parametrize("optimiser", ["adam", "lbfgs"])
+def test_the_inversion_graph_replays_the_eager_objective_bit_for_bit(optimiser):
+    """The CUDA graph records the eager kernels: the same reconstruction, iterate for iterate."""
+    repeatable_cuda()  # as a run sets it: no autotuned or atomic kernels, so eager repeats itself too
+    data, model = digits(Seeds(0)), cnn((1, 8, 8), 10).on("cuda")
+    theta = model.init(1, 0)[0].to("cuda")
+    x, y = data.x_train[:1].cuda(), data.y_train[:1].cuda()
+    target = grad(model.loss)(theta, x, y)
+    config = InversionConfig(cost="sim", optimiser=optimiser, iterations=12, lr=0.1, restarts=16)
+    runs = [
+        invert(model, theta, target, (1, 8, 8), 10, 1, y, (0.0, 1.0), dataclasses.replace(config, graphs=g))
+        for g in (False, True)
+    ]
+    assert torch.equal(runs[0].x, runs[1].x) and torch.equal(runs[0].history, runs[1].history)

@@ -24,6 +24,7 @@ from torch.func import grad, grad_and_value, vmap
 
 from decpriv import rng
 from decpriv.attacks.inversion.costs import COSTS, total_variation
+from decpriv.attacks.inversion.graphs import graphed
 from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
 from decpriv.attacks.inversion.optimisers import adam, lbfgs
 from decpriv.errors import bad_value
@@ -50,6 +51,7 @@ class InversionConfig:
     lr: float = 1.0
     lr_decay: bool = True
     restarts: int = 1
+    graphs: bool = True  # on a GPU, replay the objective as one CUDA graph (graphs.py)
     init: str = "randn"
     tv: float = 0.0
     box: bool = False
@@ -241,6 +243,8 @@ def invert(
     u0 = _initial(problem, num_classes, data_range, basis, config, generator, params)
     objective, inputs = _objective(model, params, target, input_shape, num_classes, problem, basis, config)
     project = _projection(problem.nx, data_range, config.box)
+    if config.graphs:
+        objective = graphed(objective, u0)
     best_u, best_value, trace = _optimise(objective, project(u0), project, config)
     winner = int(best_value.argmin())
     u = best_u[winner]
