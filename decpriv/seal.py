@@ -168,7 +168,7 @@ class Sealed:
                 return message[1]
             if message[0] == "notplain":
                 raise NotPlainResult(self.name, method, message[1])
-            raise rebuilt_error(*message[1:4])
+            raise rebuilt_error(*message[1:4], where=f"attack={self.name}, in attack.{method}")
 
     def expect(self, value: Any, method: str, *kinds: type) -> Any:
         """``value`` when it is of one of ``kinds``, else the run fails naming the attack and its type."""
@@ -288,10 +288,13 @@ def builtin(name: Any, base: type, fallback: type) -> type:
     return kind if isinstance(kind, type) and issubclass(kind, base) else fallback
 
 
-def rebuilt_error(name: str, text: str, trace: str) -> Exception:
+def rebuilt_error(name: str, text: str, trace: str, where: str = "") -> Exception:
     """The sealed process's error as a built-in one (a refusal as decpriv's ConfigError: exit status 2),
-    its traceback as a note."""
+    its traceback as a note. Any other error's text starts with ``where`` (the attack and its method), so
+    the one line a failed run prints says the attack failed, not the pipeline; a refusal names its key."""
     kind = ConfigError if name == "ConfigError" else builtin(name, Exception, RuntimeError)
+    if where and kind is not ConfigError:
+        text = f"{where}: {text}"
     try:
         error = kind(text) if kind.__name__ == name else RuntimeError(f"{name}: {text}")
     except Exception:  # a built-in that wants other arguments (UnicodeDecodeError ...)

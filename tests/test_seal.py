@@ -172,7 +172,8 @@ def test_warnings_and_errors_cross_as_built_in_types(peek_conf):
     api.run(hostile("warning", marker), out_dir="run")
     meta = json.loads((peek_conf / "run" / "run.json").read_text())
     assert meta["status"] == "completed" and any(str(marker) in w for w in meta["warnings"])
-    with pytest.raises(RuntimeError, match="^HostileError: ") as raised:
+    # the one line a failed run prints says which attack failed, and where
+    with pytest.raises(RuntimeError, match=r"^HostileError: attack=hostile, in attack\.run: ") as raised:
         api.run(hostile("error", marker), out_dir="run2")
     assert type(raised.value) is RuntimeError
     assert not marker.exists()  # neither the warning's class nor the error's unpickling ran here
