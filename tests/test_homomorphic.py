@@ -339,3 +339,22 @@ def test_two_identical_ckks_runs_differ_yet_diff_calls_them_the_same_within_the_
     assert main(["diff", "a", "c"]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "differs beyond the CKKS bound" in out and "train_loss" in out
+
+
+def test_the_docs_state_the_decryption_exposure_its_remedy_and_the_default_honestly():
+    """Li and Micciancio's setting (EUROCRYPT 2021) is the default: the yaml, the docstring and the docs
+    say so, name the remedy (flood_bits) and why the sum is not kept among the clients."""
+    import decpriv.defenses.homomorphic as module
+
+    root = Path(__file__).parents[1]
+    yaml = root.joinpath("decpriv/conf/defense/homomorphic.yaml").read_text()
+    docs = " ".join(root.joinpath("docs/secure_aggregation.md").read_text().split())
+    assert "flood_bits: null" in yaml and "null (default): the server receives the exact decryption" in yaml
+    assert Homomorphic().flood_std is None  # the default the yaml states
+    for text in (" ".join(module.__doc__.split()), docs):
+        assert "Li and Micciancio" in text and "EUROCRYPT 2021" in text and "flood_bits" in text
+    assert "The default, flood_bits=null, releases the exact decryption to the server" in docs
+    assert (
+        "Keeping the decrypted sum among the clients (the server a relay of ciphertexts) is not offered"
+        in docs
+    )

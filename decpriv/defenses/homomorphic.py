@@ -18,8 +18,12 @@ shown to whoever holds the ciphertext reveals e, a linear equation in the secret
 passive key-recovery attack ("On the Security of Homomorphic Encryption on Approximate Numbers",
 EUROCRYPT 2021; their IND-CPA^D setting). ``flood_bits`` adds noise of std 2^flood_bits times CKKS's
 error to the released sum (noise flooding, the remedy they discuss and OpenFHE implements): it drowns e at
-the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it the
-runs model the exposure; the key recovery itself is not simulated.
+the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it (the
+default) the runs model the exposure; the key recovery itself is not simulated. The sum is not kept among
+the clients: the attacks read the users' view of the global model from the server's transcript.
+
+SEAL draws keys and encryption noise from the operating system (TenSEAL takes no seed): two runs of one
+config repeat within the bound :meth:`Homomorphic.repeatable_within` records, which ``decpriv diff`` uses.
 
 What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
 ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
