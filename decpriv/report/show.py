@@ -371,7 +371,8 @@ def print_diff(
         if form == "csv":
             print(rows.to_csv(index=False, float_format="%.10g", lineterminator="\n"), end="")
         else:
-            print(markdown_table(rows) if len(rows) else f"equal within rtol={rtol} atol={atol}")
+            bound = bound_line(diffs, False) if not len(rows) else None
+            print(markdown_table(rows) if len(rows) else bound or f"equal within rtol={rtol} atol={atol}")
         return 1 if differ else 0
     summary = next((d for d in differ if d.name == "summary"), None)
     config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
