@@ -2,6 +2,7 @@
 add them, and what that leaves the adversary."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -195,10 +196,47 @@ def test_a_large_decryption_error_is_measured_and_warned_of():
 def test_the_comparison_table_names_the_method_of_its_epsilon_and_no_job_order_timing():
     from benchmarks.defense_comparison import hides
 
-    row = pd.Series({"defense": "dpsgd", "epsilon": 106.3, "epsilon_method": "PLD (dp-accounting)"})
-    assert hides(row) == "one sample's influence, epsilon = 106 (PLD (dp-accounting)), from everyone"
+    row = pd.Series(
+        {
+            "defense": "dpsgd",
+            "epsilon": 106.3,
+            "epsilon_method": "PLD (dp-accounting)",
+            "epsilon_dp_accounting_pld": 106.3,
+            "epsilon_decpriv_rdp": 130.1,
+            "delta": 1e-5,
+        }
+    )
+    said = "epsilon at delta 1e-05 = 106 by PLD (dp-accounting), 130.1 by RDP (decpriv)"
+    assert hides(row) == f"one sample's influence, {said}, from everyone"  # each number names its accountant
     text = Path(__file__).parents[1].joinpath("docs/secure_aggregation.md").read_text()
     assert "epsilon = 130 (RDP)" not in text and "simulate vs none" not in text
+    assert "(PLD (dp-accounting))" not in text and said in " ".join(text.split())
+
+
+def test_the_comparison_times_the_defenses_alternating_and_reports_each_ones_median(monkeypatch):
+    """ABC ABC ...: a change in the machine's load falls on every defense alike (timed one defense after
+    the other, the later ones took the load that came later, and a difference to none changed sign)."""
+    import decpriv.api
+    import decpriv.experiment
+    from benchmarks.defense_comparison import aggregation_seconds
+
+    calls = []
+
+    class Timed:
+        def __init__(self, name):
+            self.name = name
+
+        def federate(self, updates, weights, chosen, held, recorder, round_):
+            calls.append((self.name, round_))
+
+    def fake_build(cfg):
+        return SimpleNamespace(defense=Timed(cfg), network=SimpleNamespace(n=4), model=SimpleNamespace(p=3))
+
+    monkeypatch.setattr(decpriv.api, "compose_config", lambda overrides: [overrides[1].split("=")[1]])
+    monkeypatch.setattr(decpriv.experiment, "build", fake_build)
+    seconds = aggregation_seconds(["none", "homomorphic"], repeats=3)
+    assert calls == [(d, r) for r in range(4) for d in ("none", "homomorphic")]  # round 0: the warm-up
+    assert set(seconds) == {"none", "homomorphic"} and all(s >= 0 for s in seconds.values())
 
 
 def test_parameters_default_to_128_bit_security():
@@ -292,7 +330,8 @@ def check_comparison(sweep: Path) -> None:
     script = [sys.executable, "-m", "benchmarks.defense_comparison", str(sweep)]
     printed = subprocess.run(script, cwd=root, capture_output=True, text=True, check=True).stdout
     assert "| `homomorphic` |" in printed and "ciphertexts only" in printed
-    assert f"({rows.loc['dpsgd', 'epsilon_method']})" in printed and "simulate vs none" not in printed
+    assert f"by {rows.loc['dpsgd', 'epsilon_method']}" in printed and "by RDP (decpriv)" in printed
+    assert "simulate vs none" not in printed
 
 
 @pytest.mark.slow
@@ -336,6 +375,8 @@ def test_two_identical_ckks_runs_differ_yet_diff_calls_them_the_same_within_the_
     assert main(["diff", "a", "b"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "same within the CKKS bound" in out and "cell(s) differ by less" in out
+    assert main(["diff", "--format", "markdown", "a", "b"]) == 0  # for CI: the same verdict
+    assert "same within the CKKS bound" in capsys.readouterr().out
     assert main(["diff", "a", "c"]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "differs beyond the CKKS bound" in out and "train_loss" in out
