@@ -3,7 +3,9 @@
 Rows are aligned on key columns (those a table declared, else ``round``, ``node``, ... for run tables; the
 swept keys for sweep summaries, so rows only one sweep ran show as added or removed), numbers compare within ``atol + rtol *
 max(|a|, |b|)``, and the exit status is 0 when everything agrees.
-Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
+Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored. Two run folders that
+both recorded a ``repeatable_within`` bound (CKKS: noise the seed does not fix) compare their results
+within it (:class:`Bound`), their config exactly.
 """
 
 import math
