@@ -4,9 +4,9 @@ and prints the markdown table of docs/secure_aggregation.md ("Comparison").
     decpriv run -m experiment=dml_slides_defenses
     python -m benchmarks.defense_comparison runs/multirun/<date>/<time>
 
-Seconds a round: one server round of each defense timed alone, the same measurement for all (the jobs'
-simulate wall times are not compared: on a shared machine their difference changes sign with the job
-order); bytes a round: what the defense's summary counts crossing the network
+Seconds a round: one server round of each defense timed alone, the same measurement for all, the defenses
+alternating round by round (the jobs' simulate wall times are not compared: on a shared machine their
+difference changes sign with the job order); bytes a round: what the defense's summary counts crossing the network
 (the undefended float32 uploads for DP); accuracy against the undefended job; the server's membership
 inference on each update (``fl_update``) and the users' on the aggregate (``fl_global``), AUC beside the
 97.5% point of the shuffled-membership null.
@@ -78,10 +78,12 @@ def timed(row: pd.Series) -> str:
     return ""
 
 
-def aggregation_seconds(defense: str, repeats: int = 7) -> float:
-    """Median seconds of one server round of ``defense`` (``Defense.federate``) alone, on the preset's 36
-    clients' random updates of its model's size, after one warm-up round, on one thread: every defense
-    timed the same way, apart from training (DP's cost is in its per-example gradients, not here)."""
+def aggregation_seconds(defenses: list[str], repeats: int = 7) -> dict[str, float]:
+    """Median seconds of one server round of each defense (``Defense.federate``) alone, on the preset's 36
+    clients' random updates of its model's size, after one warm-up round each, on one thread: every
+    defense timed the same way, apart from training (DP's cost is in its per-example gradients, not
+    here). The rounds alternate between the defenses (ABC ABC ...), so a change in the shared machine's
+    load falls on all of them alike instead of on whichever was timed last."""
     import time
 
     import torch
@@ -90,26 +92,41 @@ def aggregation_seconds(defense: str, repeats: int = 7) -> float:
     from decpriv.api import compose_config
     from decpriv.experiment import build
 
-    setup = build(compose_config(["experiment=dml_slides_defenses", f"defense={defense}"])[0])
-    n, p = setup.network.n, setup.model.p
-    generator = torch.Generator().manual_seed(0)
-    weights = torch.full((n,), 16.0)
-    chosen, held = torch.arange(n), torch.zeros(p)
-    recorder = Recorder.broadcast(torch.arange(n).numpy(), enabled=False)
     torch.set_num_threads(1)  # 2 shared cores: threads only contend with the other users' work
-    times = []
-    setup.defense.federate(0.1 * torch.randn(n, p, generator=generator), weights, chosen, held, recorder, 0)
-    for round_ in range(1, repeats + 1):
-        updates = 0.1 * torch.randn(n, p, generator=generator)
-        clock = time.perf_counter()
-        setup.defense.federate(updates, weights, chosen, held, recorder, round_)
-        times.append(time.perf_counter() - clock)
-    return float(np.median(times))
+    setups = {
+        d: build(compose_config(["experiment=dml_slides_defenses", f"defense={d}"])[0]) for d in defenses
+    }
+    first = next(iter(setups.values()))
+    n, p = first.network.n, first.model.p
+    generator = torch.Generator().manual_seed(0)
+    weights, chosen, held = torch.full((n,), 16.0), torch.arange(n), torch.zeros(p)
+    recorder = Recorder.broadcast(torch.arange(n).numpy(), enabled=False)
+    times: dict[str, list[float]] = {d: [] for d in defenses}
+    for round_ in range(repeats + 1):  # round 0: the warm-up, not counted
+        for defense, setup in setups.items():
+            updates = 0.1 * torch.randn(n, p, generator=generator)
+            clock = time.perf_counter()
+            setup.defense.federate(updates, weights, chosen, held, recorder, round_)
+            if round_:
+                times[defense].append(time.perf_counter() - clock)
+    return {d: float(np.median(t)) for d, t in times.items()}
+
+
+def epsilons(row: pd.Series) -> str:
+    """Each epsilon the run's accountant computed, named by the method that gave it, the tightest (the
+    run's ``epsilon``) first: ``106 by PLD (dp-accounting), 130.1 by RDP (decpriv)``."""
+    from decpriv.report.guarantee import ALSO
+
+    found = [f"{row.epsilon:.0f} by {row.epsilon_method}"]
+    for key, method in ALSO.items():
+        if method != row.epsilon_method and pd.notna(row.get(key)):
+            found.append(f"{row[key]:.1f} by {method}")
+    return ", ".join(found)
 
 
 def hides(row: pd.Series) -> str:
     if row.defense == "dpsgd":
-        return f"one sample's influence, epsilon = {row.epsilon:.0f} ({row.epsilon_method}), from everyone"
+        return f"one sample's influence, epsilon at delta {row.delta:g} = {epsilons(row)}, from everyone"
     return HIDES[row.defense]
 
 
@@ -126,10 +143,11 @@ def table(sweep: Path) -> str:
         "| server MIA on each update | users' MIA on the aggregate |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    seconds = aggregation_seconds(list(summary.defense))
     for _, row in summary.iterrows():
         levels = " / ".join(SLIDES[row.defense]) if row.defense in SLIDES else "-"
         lines.append(
-            f"| `{row.defense}` | {hides(row)} | {levels} | {aggregation_seconds(row.defense):.3f} | "
+            f"| `{row.defense}` | {hides(row)} | {levels} | {seconds[row.defense]:.3f} | "
             f"{timed(row)} | "
             f"{bytes_per_round(row, plain) / 1e6:.2f} | {row.test_accuracy:.3f} "
             f"({row.test_accuracy - base.test_accuracy:+.3f}) | {auc(row, 'fl_update')} | "

@@ -547,6 +547,7 @@ def _pipeline(
                 "headline": resolve(attack.headline if attack is not None else (), list(report.summary)),
                 # what a privacy number holds for: the batch sampler and the accountant's adjacency
                 **{key: report.summary[key] for key in ("sampler", "adjacency") if key in report.summary},
+                **repeatability(setup.defense),
             }
         )
     except BaseException as error:
@@ -559,6 +560,13 @@ def _pipeline(
         if sealed is not None:
             sealed.close()
     return folder.path
+
+
+def repeatability(defense: Any) -> dict[str, Any]:
+    """run.json's ``repeatable_within`` where the defense draws noise the seed does not fix (CKKS):
+    ``decpriv diff`` compares two such runs within it."""
+    within = defense.repeatable_within()
+    return {} if within is None else {"repeatable_within": within}
 
 
 def acts_during_run(attack: Attack) -> bool:

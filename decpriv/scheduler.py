@@ -76,6 +76,30 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGALRM, alarm)
 
 
+def _stop_once(signum: int, frame: Any) -> None:
+    """The first Ctrl-C stops the sweep; the ones a user presses while it shuts down are ignored, at the
+    system's level, so that what the shutdown starts inherits it too: joblib's loky kills its workers
+    through ``pgrep`` (without psutil), which a second Ctrl-C to the terminal's process group would
+    otherwise kill mid-shutdown, and the interpreter's exit joins those workers (a KeyboardInterrupt
+    there is a traceback). SIGTERM (kill) still stops the process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt("SIGINT")
+
+
+@contextmanager
+def stop_once_on_sigint(ending_process: bool) -> Iterator[None]:
+    """Ctrl-C stops a sweep once (:func:`_stop_once`). ``ending_process``: the command line's own process,
+    which exits after the sweep, keeps ignoring SIGINT once stopped (its exit joins the workers);
+    otherwise the previous handler is restored."""
+    previous = signal.signal(signal.SIGINT, _stop_once)
+    try:
+        yield
+    finally:
+        stopped = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        if not (stopped and ending_process):
+            signal.signal(signal.SIGINT, previous)
+
+
 def stopping_signal(stop: KeyboardInterrupt) -> str:
     """The signal a KeyboardInterrupt stands for: SIGINT (Ctrl-C) unless :func:`stop_on_sigterm` named it."""
     return stop.args[0] if stop.args and isinstance(stop.args[0], str) else "SIGINT"

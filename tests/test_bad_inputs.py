@@ -7,6 +7,7 @@ cases that need real processes (two runs at once, a run killed outright, a run s
 subprocesses, and the signals go to those, never to the test's own process.
 """
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -297,6 +298,47 @@ def test_an_interrupted_sweep_still_writes_its_summary(tmp_path):
     table = pd.read_csv(tmp_path / "s" / "summary.csv")  # the ledger: every planned job, how it ended
     assert list(table.job) == [0, 1] and list(table.status) == ["interrupted", "never started"]
     assert table.error[0] == "interrupted: SIGTERM" and list(table.seed) == [0, 1]
+
+
+def _ctrl_c_burst(group: subprocess.Popen, count: int, gap: float) -> None:
+    """Ctrl-C pressed again and again: the terminal signals the whole process group (the sweep and its
+    workers, and whatever they start), here until the sweep has ended."""
+    for _ in range(count):
+        if group.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group.pid, signal.SIGINT)
+        time.sleep(gap)
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_during_a_parallel_sweeps_shutdown_ends_in_one_line(tmp_path):
+    """About 15 s (two joblib workers start torch): before, the presses during the shutdown printed loky's
+    pgrep CalledProcessError, an atexit KeyboardInterrupt or a worker's traceback, and exited -2."""
+    entry = "import sys; from decpriv.cli import entry; sys.argv = ['decpriv', *sys.argv[1:]]; entry()"
+    argv = ["run", "-m", "seed=0,1", "protocol.rounds=1000000", "topology.n=4", "~attack"]
+    argv += ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=s"]
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", entry, *argv],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: the presses reach it and its workers, not pytest
+    )
+    deadline = time.time() + 180
+    while time.time() < deadline and not all(
+        read_status(tmp_path / "s" / str(job)).get("status") == "running" for job in (0, 1)
+    ):
+        time.sleep(0.1)
+    _ctrl_c_burst(sweep, 80, 0.02)
+    err = sweep.communicate(timeout=120)[1].strip()
+    assert sweep.returncode == 130 and len(err.splitlines()) == 1, err
+    assert "interrupted by SIGINT: the sweep in s stopped; 2 of 2 jobs did not complete" in " ".join(
+        err.split()
+    )
+    table = pd.read_csv(tmp_path / "s" / "summary.csv")  # the ledger: both jobs marked interrupted
+    assert list(table.status) == ["interrupted", "interrupted"]
 
 
 def test_a_full_disk_while_writing_leaves_no_table_that_looks_complete(tmp_path, monkeypatch):

@@ -18,6 +18,9 @@ from decpriv.errors import ConfigError
 from decpriv.stderr import print_error, print_stderr
 
 console = Console()
+# True in the command line's own process (entry), which exits after main: a stopped sweep there keeps
+# ignoring Ctrl-C through the exit (decpriv.scheduler.stop_once_on_sigint)
+ENDING_PROCESS = [False]
 COMMANDS = ("run", "list", "show", "diff", "report", "plot", "runs")
 
 
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    ENDING_PROCESS[0] = True
     try:
         code = main()
         gc.freeze()  # exit without a last collection over every object of torch & co. (docs/speed.md)

@@ -1,5 +1,6 @@
 """The Hydra task function of ``decpriv run``: one job (one run, or one job of a sweep) in its folder."""
 
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,8 @@ class HydraJob:
         finally:
             if sweep is not None:
                 update_job(sweep, runtime.job.num)
+        if ended == "interrupted: SIGINT":  # Ctrl-C reached the whole group: the sweep's own line says it
+            return
         if ended is not None:  # the job failed in a sweep: said on one line, the sweep goes on
             print_stderr(f"[red]job {runtime.job.num} ({out}) failed:[/] {escape(ended)}")
             return
@@ -81,6 +84,8 @@ class HydraJob:
         from decpriv.report.run_folder import error_text
         from decpriv.scheduler import stop_on_sigterm
 
+        if _IGNORING_CTRL_C and not _off_main_thread():  # this worker's last job was Ctrl-C'd, alone
+            signal.signal(signal.SIGINT, _IGNORING_CTRL_C.pop())
         try:
             with stop_on_sigterm():  # a job a scheduler cancels (scancel: SIGTERM in its own process)
                 experiment.run(
@@ -90,6 +95,7 @@ class HydraJob:
             job_log_line(out, f"ended: {ending(stop)}")
             if not multirun or is_sweep_process(Path(HydraConfig.get().sweep.dir)):
                 raise
+            ignore_more_ctrl_c(stop)
             return error_text(stop)
         except Exception as error:
             job_log_line(out, f"ended: failed: {error_text(error)}")
@@ -104,6 +110,29 @@ class HydraJob:
         prebuilt, self.prebuilt = self.prebuilt, None
         same = prebuilt is not None and prebuilt.config == OmegaConf.to_container(cfg)
         return prebuilt if same else None
+
+
+# the handler a worker had before ignore_more_ctrl_c (one at most): restored when its next job starts,
+# never one the worker was started with (a backgrounded sweep's workers ignore SIGINT from birth)
+_IGNORING_CTRL_C: list[Any] = []
+
+
+def _off_main_thread() -> bool:
+    """Where signal handlers cannot, or must not, change: a thread other than the main one."""
+    import threading
+
+    return threading.current_thread() is not threading.main_thread()
+
+
+def ignore_more_ctrl_c(stop: KeyboardInterrupt) -> None:
+    """A parallel launcher's worker whose job Ctrl-C stopped: the terminal signals the whole process
+    group, so its sweep is stopping too and ends this worker; the presses that follow are ignored, or one
+    landing in loky's worker loop or the interpreter's exit would print a traceback. The worker's next
+    job, if the sweep goes on (one worker signalled alone), takes Ctrl-C again."""
+    from decpriv.scheduler import stopping_signal
+
+    if stopping_signal(stop) == "SIGINT" and not _off_main_thread() and not _IGNORING_CTRL_C:
+        _IGNORING_CTRL_C.append(signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 
 def exit_on(error: BaseException, debug: bool) -> None:

@@ -151,3 +151,8 @@ class Defense:
     def summary(self) -> dict[str, Any]:
         """Headline facts for summary.csv (noise levels, clipping...)."""
         return {}
+
+    def repeatable_within(self) -> dict[str, Any] | None:
+        """How closely two runs of the same config agree when this defense draws noise the seed does not
+        fix (run.json's ``repeatable_within``, read by ``decpriv diff``); None: the seed repeats the run."""
+        return None

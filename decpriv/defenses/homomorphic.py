@@ -18,8 +18,12 @@ shown to whoever holds the ciphertext reveals e, a linear equation in the secret
 passive key-recovery attack ("On the Security of Homomorphic Encryption on Approximate Numbers",
 EUROCRYPT 2021; their IND-CPA^D setting). ``flood_bits`` adds noise of std 2^flood_bits times CKKS's
 error to the released sum (noise flooding, the remedy they discuss and OpenFHE implements): it drowns e at
-the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it the
-runs model the exposure; the key recovery itself is not simulated.
+the cost of precision (flood_bits=30 at scale_bits=59 adds about 1.5e-5 a coordinate). Without it (the
+default) the runs model the exposure; the key recovery itself is not simulated. The sum is not kept among
+the clients: the attacks read the users' view of the global model from the server's transcript.
+
+SEAL draws keys and encryption noise from the operating system (TenSEAL takes no seed): two runs of one
+config repeat within the bound :meth:`Homomorphic.repeatable_within` records, which ``decpriv diff`` uses.
 
 What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
 ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
@@ -45,6 +49,13 @@ if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
 
 PROTOCOLS = ("fedavg", "fedsgd")
+# summary keys that measure the noise, the serialized sizes (compressed: they vary by a few bytes) or the
+# machine: two runs of one config never repeat them exactly
+VARIES = (
+    *(f"he_{step}_seconds_per_round" for step in ("encrypt", "aggregate", "decrypt")),
+    *("he_max_abs_error", "he_mean_round_max_abs_error", "he_error_bound", "he_repeat_rtol"),
+    *("he_bytes_per_update", "he_expansion_over_float32", "he_bytes_per_round", "he_sum_bytes"),
+)
 LARGE_ERROR = 1e-4  # a decryption error a coordinate above this is warned of (a learning step's scale)
 
 Degree = Literal[2048, 4096, 8192, 16384, 32768]
@@ -214,6 +225,32 @@ class Homomorphic(Defense):
         recorder.mark_encrypted(hidden)
         recorder.record_hidden(aggregate[None], plain)
 
+    def _error_bound(self) -> float:
+        """A decrypted coordinate's error, per value: the larger of the run's measured largest and the
+        analytic 2^(13 - scale_bits) (flooding included, since it is measured)."""
+        return max(self._errors + [self.params.error_bound])
+
+    def _repeat_rtol(self) -> float:
+        """How far two runs of one config may drift apart, relative: each round's aggregate is off by at
+        most the bound in each run, so the two global models differ by at most 2 x bound a coordinate a
+        round, 2 R bound sqrt(p) in L2 after R rounds when training does not amplify a perturbation (a
+        first-order estimate, not a proof: a deep model's chaos, or a prediction on a decision boundary,
+        can exceed it, and diff then says so)."""
+        return 2.0 * max(self._rounds, 1) * self._error_bound() * float(np.sqrt(max(self._p, 1)))
+
+    def repeatable_within(self) -> dict[str, Any]:
+        return {
+            "name": "CKKS",
+            "why": "CKKS (defense=homomorphic): SEAL draws its keys and encryption noise from the operating "
+            "system, not from the run's seed",
+            "error_per_coordinate": self._error_bound(),
+            "rtol": self._repeat_rtol(),
+            "rule": "2 x rounds x error_per_coordinate x sqrt(p): the two models' L2 distance when training "
+            "does not amplify a perturbation",
+            # measurements of the noise and of the machine themselves, never repeated exactly
+            "varies": list(VARIES),
+        }
+
     def summary(self) -> dict[str, Any]:
         cost, rounds = self._cost, max(self._rounds, 1)
         per_update = cost["bytes_up"] / max(self._updates, 1)
@@ -236,8 +273,9 @@ class Homomorphic(Defense):
             "he_decrypt_seconds_per_round": cost["decrypt"] / rounds,
             "he_max_abs_error": max(self._errors, default=float("nan")),
             "he_mean_round_max_abs_error": float(np.mean(self._errors)) if self._errors else float("nan"),
-            # SEAL draws the encryption noise from the operating system: runs repeat within the error
-            "he_repeatable": "within he_max_abs_error a coordinate a round (SEAL's noise, not the seed's)",
+            "he_error_bound": self._error_bound(),
+            # SEAL draws the encryption noise from the operating system: runs repeat within the bound
+            "he_repeat_rtol": self._repeat_rtol(),
             "he_decryption": "flooded" if self.flood_std is not None else "exact, to the server (IND-CPA^D)",
             "he_flood_std": self.flood_std,
         }

@@ -3,7 +3,9 @@
 Rows are aligned on key columns (those a table declared, else ``round``, ``node``, ... for run tables; the
 swept keys for sweep summaries, so rows only one sweep ran show as added or removed), numbers compare within ``atol + rtol *
 max(|a|, |b|)``, and the exit status is 0 when everything agrees.
-Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored.
+Bookkeeping columns that differ between any two runs (``job``, ``error``) are ignored. Two run folders that
+both recorded a ``repeatable_within`` bound (CKKS: noise the seed does not fix) compare their results
+within it (:class:`Bound`), their config exactly.
 """
 
 import math
@@ -47,6 +49,8 @@ class TableDiff:
     added_columns: list[str] = field(default_factory=list)
     removed_columns: list[str] = field(default_factory=list)
     metrics: set[str] = field(default_factory=set)  # columns that are results, not config
+    within: pd.DataFrame = field(default_factory=pd.DataFrame)  # changed cells within a recorded bound
+    bound: "Bound | None" = None
 
     @property
     def equal(self) -> bool:
@@ -57,6 +61,50 @@ class TableDiff:
             and not self.added_columns
             and not self.removed_columns
         )
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How closely two runs of one config repeat when their noise is not the seed's (run.json's
+    ``repeatable_within``, written by a defense such as CKKS): results compare within ``rtol``, and the
+    ``varies`` columns (times, the measured noise itself) are never expected to repeat."""
+
+    rtol: float
+    varies: frozenset[str]
+    name: str
+    why: str
+
+
+def recorded_bound(status_a: dict, status_b: dict) -> Bound | None:
+    """The looser of the two runs' recorded bounds; None unless both runs recorded one."""
+    found = [s.get("repeatable_within") for s in (status_a, status_b)]
+    if not all(isinstance(f, dict) and isinstance(f.get("rtol"), int | float) for f in found):
+        return None
+    varies = frozenset(str(c) for f in found for c in f.get("varies", []))
+    first = found[0]
+    return Bound(
+        max(float(f["rtol"]) for f in found), varies, str(first.get("name", "")), str(first.get("why", ""))
+    )
+
+
+def split_by_bound(
+    found: TableDiff, bound: Bound, rtol: float, atol: float, results: set[str] | None
+) -> None:
+    """Move the changed cells that stay within ``bound`` to ``found.within``: result columns only
+    (``results``; None: every column of a run's other tables), config cells still compare exactly."""
+    changed = found.changed
+    if changed.empty:
+        return
+    inside = np.array(
+        [
+            (results is None or column in results)
+            and (column in bound.varies or _close(a, b, max(rtol, bound.rtol), atol)[0])
+            for column, a, b in zip(changed["column"], changed["a"], changed["b"], strict=True)
+        ],
+        dtype=bool,
+    )
+    found.within, found.changed = changed[inside], changed[~inside].reset_index(drop=True)
+    found.bound = bound
 
 
 def _status_of(target: Path) -> dict:
@@ -221,6 +269,8 @@ def _diff_folders(a: Path, b: Path, rtol: float, atol: float) -> list[TableDiff]
     status_a, status_b = _status_of(a), _status_of(b)
     metrics = set(status_a.get("metrics", [])) | set(status_b.get("metrics", []))
     declared = {**status_b.get("table_keys", {}), **status_a.get("table_keys", {})}
+    runs = all((x / "run.json").is_file() for x in (a, b))  # a sweep's summary mixes jobs: no one bound
+    bound = recorded_bound(status_a, status_b) if runs else None
     diffs = []
     for name in sorted(set(ta) | set(tb)):
         if name not in ta or name not in tb:
@@ -240,6 +290,8 @@ def _diff_folders(a: Path, b: Path, rtol: float, atol: float) -> list[TableDiff]
             keys = _aligning_keys(a, b, ta[name], tb[name], metrics)
         found = compare_tables(name, ta[name], tb[name], keys, rtol, atol)
         found.metrics = metrics
+        if bound is not None:
+            split_by_bound(found, bound, rtol, atol, metrics if name == "summary" else None)
         diffs.append(found)
     return diffs
 

@@ -279,6 +279,7 @@ FIELD_TYPES = {  # run.json fields the readers rely on, with their types
     "table_keys": dict,
     "warnings": list,
     "tables": dict,
+    "repeatable_within": dict,
 }
 
 

@@ -371,7 +371,8 @@ def print_diff(
         if form == "csv":
             print(rows.to_csv(index=False, float_format="%.10g", lineterminator="\n"), end="")
         else:
-            print(markdown_table(rows) if len(rows) else f"equal within rtol={rtol} atol={atol}")
+            bound = bound_line(diffs, False) if not len(rows) else None
+            print(markdown_table(rows) if len(rows) else bound or f"equal within rtol={rtol} atol={atol}")
         return 1 if differ else 0
     summary = next((d for d in differ if d.name == "summary"), None)
     config, metrics = _summary_parts(summary, _headline_names(a)) if summary is not None else ({}, {})
@@ -389,27 +390,27 @@ def print_diff(
                 # one part a line when the whole does not fit: a row's keys are never cut mid-word
                 parts = [line] if len(line) <= console.width else line.split("; ")
                 console.print("\n  ".join(parts), highlight=False)
-    console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
-    note = _unrepeatable(a, b) if differ else None
+    note = bound_line(diffs, bool(differ))  # the verdict itself when only the bound took cells in
+    if differ or note is None:
+        console.print(_verdict(differ, config, metrics, rtol, atol, len(diffs)), highlight=False)
     if note:
         console.print(note, highlight=False)
     return 1 if differ else 0
 
 
-def _unrepeatable(a: Path, b: Path) -> str | None:
-    """Two runs whose noise is not the seed's (CKKS: SEAL draws it) repeat only within their recorded
-    error: said under the verdict, with that error, so a difference is read against it."""
-    if not ((a / "run.json").is_file() and (b / "run.json").is_file()):
+def bound_line(diffs: list, differ: bool) -> str | None:
+    """Two runs whose noise is not the seed's (CKKS: SEAL draws it) compare within the bound they
+    recorded: said under the verdict, with the bound and how many cells it took in."""
+    bounds = [d.bound for d in diffs if d.bound is not None]
+    if not bounds:
         return None
-    summaries = [read_summary(x) for x in (a, b)]
-    if not all(isinstance(s.get("he_repeatable"), str) for s in summaries):
-        return None
-    error = max(float(s.get("he_max_abs_error", float("nan"))) for s in summaries)
-    return (
-        f"note: both runs encrypt with CKKS (defense=homomorphic), whose noise SEAL draws from the operating "
-        f"system, not from the seed: they repeat only within its error ({error:.2g} a coordinate of an "
-        "aggregate, he_max_abs_error, carried through training), and its ciphertext sizes and times vary."
-    )
+    bound, within = bounds[0], sum(len(d.within) for d in diffs)
+    cells = f"{within} cell(s) differ by less ({bound.why}; times and the measured noise always vary)"
+    if differ:
+        return (
+            f"differs beyond the {bound.name} bound {bound.rtol:.2g} (relative) in the cells above; {cells}"
+        )
+    return f"same within the {bound.name} bound {bound.rtol:.2g} (relative, run.json's repeatable_within): {cells}"
 
 
 def headline_pair(a: Path, b: Path) -> pd.DataFrame:
