@@ -98,12 +98,12 @@ class PhiloxStream:
         """(rows, blocks, 4) int64 words of this stream's next draw."""
         if self.draws > MASK32 or blocks > MASK32 + 1:
             raise ValueError("a Philox stream draws at most 2^32 times, 2^34 words a row each time")
-        row = torch.arange(self.first_row, self.first_row + rows, dtype=torch.int64, device=device)
-        block = torch.arange(blocks, dtype=torch.int64, device=device)
-        row, block = row[:, None].expand(rows, blocks), block[None, :].expand(rows, blocks)
-        draw = torch.full_like(row, self.draws)
+        row = torch.arange(self.first_row, self.first_row + rows, dtype=torch.int64, device=device)[:, None]
+        counter = torch.empty(rows, blocks, 4, dtype=torch.int64, device=device)
+        counter[..., 0], counter[..., 1], counter[..., 2] = row & MASK32, row >> 32, self.draws
+        counter[..., 3] = torch.arange(blocks, dtype=torch.int64, device=device)
         self.draws += 1
-        return philox4x32(torch.stack([row & MASK32, row >> 32, draw, block], dim=-1), self.key)
+        return philox4x32(counter, self.key)
 
     def uniform(self, shape: tuple[int, ...], device, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Uniforms on [0, 1): float64 from 53 bits of two words, float32 from 24 bits of one, each an
