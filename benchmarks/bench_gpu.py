@@ -2,7 +2,8 @@
 
 - D-SGD with the small CNN on a 1024-node torus (the digits, one or two images a node), 20 rounds;
 - ResNet-20 on 16 nodes, 20 rounds;
-- the DP-SGD audit preset (its trials run in the attack's process, on the CPU, on either device);
+- the DP-SGD audit preset (its trials run in the attack's process, on its device: CUDA where that process
+  got the GPU), and its trials a second alone (:mod:`benchmarks.bench_audit_trials`) with 10^7 trials' time;
 - gradient inversion with 16, 64 and 256 restarts stacked in one problem (the CNN, one digit), on the GPU
   kernel by kernel (eager) and replayed as a CUDA graph.
 Whole-run rows give the simulate phase from run.json (``wall_seconds.simulate``) and the whole run.
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from benchmarks import bench_audit_trials as audit_trials
 
 RUNS = {
     "dsgd_cnn_torus1024": ("data=digits", "topology=torus", "topology.n=1024", "model=cnn", "~attack"),
@@ -74,6 +77,7 @@ def main() -> None:
             f"{name + ' whole':22} {cpu_wall:11.2f}s {gpu_wall:11.2f}s {cpu_wall / gpu_wall:8.1f}x",
             flush=True,
         )
+    audit_trials.main()  # the audit's trials a second, all CPU cores against CUDA
     for restarts in RESTARTS:
         cpu = inversion_rate("cpu", restarts)
         for graphs in (False, True):

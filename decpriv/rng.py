@@ -7,6 +7,10 @@ Every stream is a CPU generator, whatever device the run uses, and every draw go
 below: drawn on the CPU, then moved to the device that consumes it. CUDA's generator (Philox) and the
 CPU's (Mersenne twister) give other numbers for one seed, so a draw made on the device would make the
 same config and seed give other tables on a GPU (docs/simulation.md, "Same numbers on any device").
+
+A stream may instead be counter-based (:meth:`Streams.counter`, :class:`decpriv.philox.PhiloxStream`):
+drawn on the device itself, the same integers and uniforms there as on the CPU, its normals to the
+last bit of the device's log and cos. The audit's trials draw from it (docs/speed.md).
 """
 
 import hashlib
@@ -15,6 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+
+from decpriv.philox import PhiloxStream
 
 
 def derive_seed(root: int, name: str) -> int:
@@ -36,6 +42,11 @@ class Streams(ABC):
     def torch(self, name: str) -> torch.Generator:
         """The stream as a CPU generator (draw from it with :func:`normal`, :func:`uniform` ...)."""
         return torch.Generator().manual_seed(self.seed(name))
+
+    def counter(self, name: str, first_row: int = 0) -> PhiloxStream:
+        """The stream as a counter-based generator drawn on any device, its rows numbered from
+        ``first_row`` (a chunk of trials starting there draws what those trials draw in any chunk)."""
+        return PhiloxStream(self.seed(name), first_row)
 
 
 class Seeds(Streams):
@@ -84,6 +95,7 @@ def served_stream(name: str) -> int:
 
 
 Shape = int | tuple[int, ...] | torch.Size
+Generator = torch.Generator | PhiloxStream
 
 
 def _size(shape: Shape) -> tuple[int, ...]:
@@ -92,22 +104,27 @@ def _size(shape: Shape) -> tuple[int, ...]:
 
 def normal(
     shape: Shape,
-    generator: torch.Generator,
+    generator: Generator,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Standard normal draws from the CPU ``generator``, moved to ``device``: the same numbers there as on
-    the CPU."""
+    the CPU. A :class:`PhiloxStream` draws on ``device`` itself."""
+    if isinstance(generator, PhiloxStream):
+        return generator.normal(_size(shape), device, dtype)
     return torch.randn(_size(shape), generator=generator, dtype=dtype).to(device)
 
 
 def uniform(
     shape: Shape,
-    generator: torch.Generator,
+    generator: Generator,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Uniform draws on [0, 1) from the CPU ``generator``, moved to ``device``."""
+    """Uniform draws on [0, 1) from the CPU ``generator``, moved to ``device`` (a :class:`PhiloxStream`
+    draws on ``device``, exactly the CPU's numbers)."""
+    if isinstance(generator, PhiloxStream):
+        return generator.uniform(_size(shape), device, dtype)
     return torch.rand(_size(shape), generator=generator, dtype=dtype).to(device)
 
 

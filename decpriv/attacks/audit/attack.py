@@ -94,7 +94,10 @@ class Audit(Attack):
         alpha = (1.0 - self.confidence) / (LIMITS_PER_PAIR * pairs)
         if isinstance(plan.trials, SampledTrials | WalkTrials):
             sampled = isinstance(plan.trials, SampledTrials)
-            draw = (canary_draw if sampled else walk_draw)(plan.trials, view.seeds)
+            if sampled:  # on the attack's device: the run's, where its process got the GPU
+                draw = canary_draw(plan.trials, view.seeds, view.own_x.device)
+            else:
+                draw = walk_draw(plan.trials, view.seeds)
             counted = heldout_counts(
                 draw,
                 self.fit_trials,

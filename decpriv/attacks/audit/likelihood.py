@@ -143,11 +143,13 @@ def heldout_counts(
 ):
     """Thresholds chosen on ``fit`` held-out trials, then the error counts over ``total`` more.
 
-    ``draw(name, size)`` runs a chunk and returns its views and (pairs, size) signs; the views are the
-    statistics themselves unless ``learn(views, signs)`` fits, on the fit trials only, the statistic to use."""
-    views, signs = draw("fit", fit)
+    ``draw(name, size, start)`` runs a chunk (``name`` "fit" or "eval.<chunk>", ``start`` its first trial's
+    index among the part's trials) and returns its views, on the device it drew them, and (pairs, size)
+    signs; the views are the statistics themselves unless ``learn(views, signs)`` fits, on the fit trials
+    only, the statistic to use. Statistics come back to the CPU to be counted."""
+    views, signs = draw("fit", fit, 0)
     statistic = learn(views, signs) if learn is not None else (lambda v: v)
-    t = statistic(views)
+    t = statistic(views).cpu()
     tau = choose_thresholds(t, signs, alpha, delta, total)
     ks = gaussianity(t.numpy(), signs.numpy() < 0)
     counts = np.zeros((2, 4, pairs), dtype=np.int64)
@@ -155,8 +157,8 @@ def heldout_counts(
         updates.debug(
             "trials %d-%d of %d (after %d to fit the test)", start, min(total, start + chunk), total, fit
         )
-        views, signs = draw(f"eval.{index}", min(chunk, total - start))
-        t, negative = statistic(views).numpy(), signs.numpy() < 0
+        views, signs = draw(f"eval.{index}", min(chunk, total - start), start)
+        t, negative = statistic(views).cpu().numpy(), signs.numpy() < 0
         counts[0] += error_counts(t, negative, tau.gdp)
         counts[1] += error_counts(t, negative, tau.dp)
     return Counted(counts, np.stack([tau.gdp, tau.dp]), ks)

@@ -17,12 +17,12 @@ the update, the log-odds of the dataset given the update, fitted on the fit tria
 family of a shifted mixture's likelihood ratio (:func:`step_log_odds`).
 """
 
-import numpy as np
 import torch
 
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.rng import Seeds
+from decpriv.philox import PhiloxStream
+from decpriv.rng import Generator, Seeds, Streams
 
 BLIND_SPOTS = (
     "the other nodes (the node with the largest sampling rate is audited), gossip's mixing (the observer "
@@ -56,26 +56,30 @@ class SampledTrials:
         clip = self.defense.clip
         return (clip, 0.0, 0.0) if self.sampler.adjacency == "add_remove" else (clip, -clip, -clip)
 
-    def local_sets(self, trials: int) -> LocalData:
+    def local_sets(self, trials: int, device: torch.device) -> LocalData:
         """``trials`` copies of the node's set, features = slot indices (views: nothing of size trials x m)."""
         m = self.size
-        slots = torch.arange(m, dtype=torch.float64).view(1, m, 1).expand(trials, m, 1)
+        slots = torch.arange(m, dtype=torch.float64, device=device).view(1, m, 1).expand(trials, m, 1)
         return LocalData(
             x=slots,
-            y=torch.zeros(1, m, dtype=torch.long).expand(trials, m),
-            mask=torch.ones(1, m, dtype=torch.bool).expand(trials, m),
-            counts=torch.full((trials,), m),
+            y=torch.zeros(1, m, dtype=torch.long, device=device).expand(trials, m),
+            mask=torch.ones(1, m, dtype=torch.bool, device=device).expand(trials, m),
+            counts=torch.full((trials,), m, device=device),
             indices=(),
         )
 
-    def updates(self, present: torch.Tensor, seeds: Seeds) -> torch.Tensor:
-        """(steps, D) released updates; ``present`` (D,) bool marks the trials under the canary's dataset."""
+    def updates(self, present: torch.Tensor, batches: Generator, noise: Generator) -> torch.Tensor:
+        """(steps, D) released updates on ``present``'s device; ``present`` (D,) bool marks the trials under
+        the canary's dataset. ``batches`` and ``noise`` are the streams the sampler and the defense draw
+        from, as in training: counter-based ones (:meth:`Streams.counter`) draw on the device, each trial
+        from its own rows, so a trial's updates do not depend on the chunk it is drawn in."""
         with_canary, without, other = self.gradients()
-        model = SlotGradients(torch.where(present, with_canary, without).to(torch.float64), other)
-        local = self.local_sets(len(present))
-        batches, noise = seeds.torch("batches"), seeds.torch("defense.noise")
-        out = torch.empty(self.steps, len(present), dtype=torch.float64)
-        for t in range(self.steps):
+        device = present.device
+        canary = torch.where(present, with_canary, without).to(torch.float64)
+        model = SlotGradients(canary, other)
+        local = self.local_sets(len(present), device)
+        out = torch.empty(self.steps, len(present), dtype=torch.float64, device=device)
+        for t in range(self.steps):  # steps are sequential in training too; trials are the batch's rows
             x, y, weight = self.sampler.draw(local, self.batch, batches)
             out[t] = self.defense.gradients(model, None, x, y, weight.to(torch.float64), t, noise)[:, 0]
         return out
@@ -109,7 +113,9 @@ def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
     """The statistic sum_t phi(u_t): phi the log-odds of the dataset given one update, fitted by maximum
     likelihood (logistic loss, L-BFGS) on the fit trials' (steps, F) updates within the family
     :func:`step_log_odds`, whose three parameters (mixing weight, slope, offset) are learnt, not read
-    from sigma or the rate. Balanced signs: the log-odds is the log-likelihood ratio."""
+    from sigma or the rate. Balanced signs: the log-odds is the log-likelihood ratio. The fit runs on the
+    CPU whatever device drew the updates (a few million numbers, once), so both devices fit one test."""
+    updates = updates.cpu()
     steps, trials = updates.shape
     centre, scale = float(updates.mean()), float(updates.std())
     x = ((updates - centre) / scale).reshape(-1)
@@ -118,17 +124,31 @@ def learn_step_test(updates: torch.Tensor, signs: torch.Tensor):
     best = min(fits, key=lambda fit: fit[1])[0]
 
     def statistic(u: torch.Tensor) -> torch.Tensor:
-        return step_log_odds((u - centre) / scale, best).sum(0)[None]
+        return step_log_odds((u - centre) / scale, best.to(u.device)).sum(0)[None]
 
     return statistic
 
 
-def canary_draw(trials: SampledTrials, seeds):
-    """``draw(name, size)`` of :func:`heldout_counts`: balanced canary presence, the released updates."""
+def paired_signs(stream: PhiloxStream, size: int) -> torch.Tensor:
+    """(size,) signs: trials 2k and 2k + 1 take opposite datasets, which one decided by a fair bit of row k
+    of ``stream`` (numbered from the chunk's first pair). Every chunk of even size is balanced, and a
+    trial's sign does not depend on the chunk it is drawn in. The trials stay independent: each one's
+    updates come from its own rows of the noise and batch streams."""
+    first = torch.where(stream.uniform((size // 2,), "cpu", torch.float64) < 0.5, 1.0, -1.0)
+    return torch.stack([first, -first], dim=1).reshape(-1).to(torch.float64)
 
-    def draw(name: str, size: int):
-        rng = seeds.numpy(f"attack.audit.signs.{name}")
-        signs = torch.from_numpy(rng.permutation(np.repeat([-1.0, 1.0], size // 2)))
-        return trials.updates(signs > 0, Seeds(seeds.seed(f"attack.audit.noise.{name}"))), signs[None]
+
+def canary_draw(trials: SampledTrials, seeds: Streams, device: torch.device | str = "cpu"):
+    """``draw(name, size, start)`` of :func:`heldout_counts`: balanced canary presence, the released
+    updates drawn on ``device``. Trial ``start + i`` of a part (fit or eval) draws from the rows
+    ``start + i`` of counter-based streams named after the part, so its outcome is the same in any chunk
+    and on any device (docs/speed.md)."""
+
+    def draw(name: str, size: int, start: int):
+        part = name.partition(".")[0]  # "fit" or "eval": one stream for all of a part's chunks
+        signs = paired_signs(seeds.counter(f"attack.audit.signs.{part}", start // 2), size)
+        streams = Seeds(seeds.seed(f"attack.audit.noise.{part}"))  # the training code's stream names
+        batches, noise = streams.counter("batches", start), streams.counter("defense.noise", start)
+        return trials.updates((signs > 0).to(device), batches, noise), signs[None]
 
     return draw

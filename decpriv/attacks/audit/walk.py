@@ -49,9 +49,10 @@ class WalkTrials:
 
 
 def walk_draw(trials: WalkTrials, seeds):
-    """``draw(name, size)`` of :func:`heldout_counts`: per pair the model its observer last held."""
+    """``draw(name, size, start)`` of :func:`heldout_counts`: per pair the model its observer last held
+    (each chunk from its own streams, named after it: ``start`` is not used)."""
 
-    def draw(name: str, size: int):
+    def draw(name: str, size: int, start: int):
         n = len(trials.cdf)
         rng = seeds.numpy(f"attack.audit.signs.{name}")
         signs = torch.from_numpy(rng.permuted(np.tile(np.repeat([-1.0, 1.0], size // 2), (n, 1)), axis=1))
