@@ -18,6 +18,21 @@ from decpriv.built import Setup
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.protocols.base import Outcome, Simulation
 
+# pytest -n N: each worker (and each `decpriv` it starts) gets its share of the cores for torch's and BLAS's
+# threads. With the default (every core per process), 2 workers on 2 cores run 4+ spinning OpenMP threads
+# on 2 cores, and small tensor ops wait on each other's barriers: tests/test_inversion_engine.py,
+# test_pdmm_solver.py and test_pdmm_newton.py took 424 s at -n 2 on a loaded 2-core machine, 31 s with one
+# thread each. Numbers asserted are the same: no test compares results across thread counts (but
+# tests/test_same_tables.py, which sets them itself). A variable the caller set is kept.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, _THREADS)
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 ROOT = Path(__file__).resolve().parents[1]
 DECPRIV = Path(sys.executable).with_name("decpriv")
 

@@ -143,7 +143,8 @@ def test_newton_cg_solves_the_same_problems_as_lbfgs(overrides):
     agree to the tolerance's precision (softmax: convex, every round; the MLP, z_std = 1, from the
     previous round's solution: round 1 starts at the initialisation, where this non-convex problem has
     several minimisers and the two methods may stop at different ones: 0.12 apart here)."""
-    gaps = run_both([*overrides, "protocol.rounds=6", "protocol.eval_every=100"])
+    # 4 rounds: the cold first round and three warm-started ones (the gaps stay near 1e-8 through 6)
+    gaps = run_both([*overrides, "protocol.rounds=4", "protocol.eval_every=100"])
     solution_gap, old_residual, new_residual = gaps.T
     assert (old_residual <= 1e-8).all() and (new_residual <= 1e-8).all()
     first = 0 if "model=softmax" in overrides else 1
