@@ -35,6 +35,10 @@ CANCEL_WAIT_S = 30.0  # how long a stopped parent waits for its cancelled jobs t
 POLL_S = 1.0  # how often the sweep looks at its submitted jobs
 SWEEP_LOG = "sweep.log"
 
+# True in the command line's own process (decpriv.cli.entry), which exits after main: a stopped sweep there
+# keeps ignoring Ctrl-C through the exit
+ENDING = [False]
+
 
 _deferred: list[str] = []  # a signal that came during an import, delivered when the import is done
 RETRY_S = 0.05
@@ -87,8 +91,8 @@ def _stop_once(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def stop_once_on_sigint(ending_process: bool) -> Iterator[None]:
-    """Ctrl-C stops a sweep once (:func:`_stop_once`). ``ending_process``: the command line's own process,
+def stop_once_on_sigint() -> Iterator[None]:
+    """Ctrl-C stops a sweep once (:func:`_stop_once`). The command line's own process (:data:`ENDING`),
     which exits after the sweep, keeps ignoring SIGINT once stopped (its exit joins the workers);
     otherwise the previous handler is restored."""
     previous = signal.signal(signal.SIGINT, _stop_once)
@@ -96,7 +100,7 @@ def stop_once_on_sigint(ending_process: bool) -> Iterator[None]:
         yield
     finally:
         stopped = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-        if not (stopped and ending_process):
+        if not (stopped and ENDING[0]):
             signal.signal(signal.SIGINT, previous)
 
 

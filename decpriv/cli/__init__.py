@@ -18,9 +18,6 @@ from decpriv.errors import ConfigError
 from decpriv.stderr import print_error, print_stderr
 
 console = Console()
-# True in the command line's own process (entry), which exits after main: a stopped sweep there keeps
-# ignoring Ctrl-C through the exit (decpriv.scheduler.stop_once_on_sigint)
-ENDING_PROCESS = [False]
 COMMANDS = ("run", "list", "show", "diff", "report", "plot", "runs")
 
 
@@ -132,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    ENDING_PROCESS[0] = True
+    from decpriv import scheduler
+
+    scheduler.ENDING[0] = True  # this process exits after main (scheduler.stop_once_on_sigint)
     try:
         code = main()
         gc.freeze()  # exit without a last collection over every object of torch & co. (docs/speed.md)

@@ -165,14 +165,13 @@ def _already_completed(plan: Plan, folder: Path) -> bool:
 
 def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> int:
     """``args``: the command line after ``run``, handed to Hydra as typed (``ns``: the same, parsed)."""
-    from decpriv import cli
     from decpriv.scheduler import stop_on_sigterm, stop_once_on_sigint
 
     # Slurm's scancel and time limit send SIGTERM: stop as Ctrl-C does, so run.json says failed (interrupted).
     with stop_on_sigterm():
         if not ns.multirun:
             return _checked_run(ns, args, console)
-        with stop_once_on_sigint(cli.ENDING_PROCESS[0]):  # a second Ctrl-C would break the shutdown
+        with stop_once_on_sigint():  # a second Ctrl-C would break the shutdown
             return _checked_run(ns, args, console)
 
 
