@@ -11,6 +11,24 @@ import torch
 
 from decpriv.errors import bad_value
 
+# where this process's attack computes: the sealed attack process (decpriv.seal) sets the run's GPU where it
+# could start CUDA there; the CPU everywhere else
+_ATTACK_DEVICE = ["cpu"]
+
+
+def attack_device() -> str:
+    """The device an attack may compute on in this process. What crosses into the attack's process is on
+    the CPU (the outcome, the view); an attack that computes on the GPU moves its own work there and brings
+    its findings back (the DP-SGD audit's trials do)."""
+    return _ATTACK_DEVICE[0]
+
+
+def set_attack_device(name: str) -> None:
+    """The sealed attack process's device, once it has started CUDA there (or the CPU)."""
+    if torch.device(name).type == "cuda":
+        repeatable_cuda()  # the attack's kernels under the run's rules
+    _ATTACK_DEVICE[0] = name
+
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` is the GPU when one is visible, else the CPU; ``cuda`` without a GPU is refused."""

@@ -38,6 +38,7 @@ import torch
 
 from decpriv import plain, rng, sandbox, zygote
 from decpriv.adversary.behaviour import Behaviour, Forgery
+from decpriv.device import set_attack_device
 from decpriv.errors import ConfigError
 
 THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
@@ -403,7 +404,9 @@ def session(connection: socket.socket, limits: sandbox.Limits) -> None:
     state: dict[str, Any] = {}
     try:
         data, device = pickle.load(stream)  # the attack's pickle, whole, whatever its unpickling does
-        stream.write(plain.dumps(("device", *usable(device), [])))
+        there, why = usable(device)
+        set_attack_device(there)
+        stream.write(plain.dumps(("device", there, why, [])))
         stream.flush()
         try:
             attack = pickle.loads(data)

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from decpriv.attacks.base import Attack
+from decpriv.device import attack_device
 from decpriv.report.findings import Findings
 
 MNT_DETACH, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = 2, -100, 0x8000, 1, 442
@@ -192,6 +193,7 @@ def identity() -> str:
 
 WAYS = {
     "identity": lambda target: identity(),
+    "computes": lambda target: f"ok {attack_device()}",
     "print": lambda target: chatter(),
     "allocate": lambda target: allocate(float(target)),
     "privileges": lambda target: privileges(),

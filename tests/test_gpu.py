@@ -45,3 +45,21 @@ def test_the_inversion_graph_replays_the_eager_objective_bit_for_bit(optimiser):
         for g in (False, True)
     ]
     assert torch.equal(runs[0].x, runs[1].x) and torch.equal(runs[0].history, runs[1].history)
+
+
+def test_the_sealed_attack_computes_on_the_runs_gpu(tmp_path, monkeypatch):
+    """Where the sealed process started CUDA, attacks are told so (the DP-SGD audit draws its trials there),
+    and run.json's attack_device is that device."""
+    import json
+
+    import pandas as pd
+
+    from decpriv import api
+
+    (tmp_path / "conf" / "attack").mkdir(parents=True)
+    (tmp_path / "conf" / "attack" / "escape.yaml").write_text("_target_: sandbox_attacks.Escape\nways: []\n")
+    monkeypatch.chdir(tmp_path)
+    api.run(["attack=escape", "attack.ways=[computes]", "protocol.rounds=2", "device=cuda"], out_dir="run")
+    found = pd.read_csv(tmp_path / "run" / "escape.csv").set_index("way").outcome
+    assert found["computes"] == "ok cuda"
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["attack_device"] == "cuda"

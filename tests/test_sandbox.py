@@ -89,6 +89,7 @@ def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
         "remount:/",
         "processes",
         "identity",
+        "computes",
         *(f"plant:{path}" for path in planted),
     )
     fields = dict(pair.split("=") for pair in found["privileges"].split())
@@ -106,6 +107,7 @@ def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
     assert status(escape_conf / "run") == "completed"
     meta = json.loads((escape_conf / "run" / "run.json").read_text())
     assert meta["seal"] == "bubblewrap" and meta["attack_device"] == "cpu"
+    assert found["computes"] == "ok cpu"  # what the attack is told is where it computes: the record's
 
 
 @sealed

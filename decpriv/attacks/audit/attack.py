@@ -39,6 +39,7 @@ from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
 from decpriv.config_types import Range, checked
 from decpriv.defenses.base import Defense
+from decpriv.device import attack_device
 from decpriv.errors import bad_value
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
@@ -95,7 +96,7 @@ class Audit(Attack):
         if isinstance(plan.trials, SampledTrials | WalkTrials):
             sampled = isinstance(plan.trials, SampledTrials)
             if sampled:  # on the attack's device: the run's, where its process got the GPU
-                draw = canary_draw(plan.trials, view.seeds, view.own_x.device)
+                draw = canary_draw(plan.trials, view.seeds, attack_device())
             else:
                 draw = walk_draw(plan.trials, view.seeds)
             counted = heldout_counts(
