@@ -1,5 +1,5 @@
 """Wall times of ``decpriv run`` refusing bad CKKS settings from the command line, beside a refusal that has
-nothing to do with CKKS (docs/speed.md, "Refusals before torch loads"; the README's "under 1 s").
+nothing to do with CKKS (docs/speed.md, "Refusals before torch loads"; the README's refusal times).
 
     OPENBLAS_NUM_THREADS=1 python -m benchmarks.ckks_refusal_times [repeats]
 

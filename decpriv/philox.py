@@ -65,17 +65,6 @@ def philox_rounds(counter: torch.Tensor, key: tuple[int, int], rounds: int) -> t
     return c0, c1, c2, c3
 
 
-def reference(counter: tuple[int, int, int, int], key: tuple[int, int], rounds: int = ROUNDS) -> tuple:
-    """Philox4x32 of one counter in Python integers (unbounded: no splitting), to check the tensor path."""
-    c, k = list(counter), list(key)
-    for r in range(rounds):
-        p0, p1 = MULTIPLIERS[0] * c[0], MULTIPLIERS[1] * c[2]
-        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & MASK32, (p0 >> 32) ^ c[3] ^ k[1], p0 & MASK32]
-        if r + 1 < rounds:
-            k = [(k[0] + WEYL[0]) & MASK32, (k[1] + WEYL[1]) & MASK32]
-    return tuple(c)
-
-
 class PhiloxStream:
     """A named stream (:meth:`decpriv.rng.Streams.counter`) drawn by Philox4x32-10 on the device that
     consumes it; :func:`decpriv.rng.normal` and :func:`decpriv.rng.uniform` accept it beside a CPU

@@ -10,7 +10,7 @@ from decpriv import rng
 from decpriv.attacks.audit.likelihood import heldout_counts
 from decpriv.attacks.audit.subsampled import SampledTrials, canary_draw, learn_step_test
 from decpriv.defenses.dp import DPSGD
-from decpriv.philox import CPU_SLICE, MASK32, PhiloxStream, philox4x32, reference
+from decpriv.philox import CPU_SLICE, MASK32, MULTIPLIERS, ROUNDS, WEYL, PhiloxStream, philox4x32
 from decpriv.rng import Seeds
 
 # Random123's tests/kat_vectors (github.com/DEShawResearch/random123), its three "philox4x32 10" lines:
@@ -24,6 +24,17 @@ KNOWN_ANSWERS = [
         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
     ),
 ]
+
+
+def reference(counter: tuple[int, int, int, int], key: tuple[int, int], rounds: int = ROUNDS) -> tuple:
+    """Philox4x32 of one counter in Python integers (unbounded: no splitting), to check the tensor path."""
+    c, k = list(counter), list(key)
+    for r in range(rounds):
+        p0, p1 = MULTIPLIERS[0] * c[0], MULTIPLIERS[1] * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & MASK32, (p0 >> 32) ^ c[3] ^ k[1], p0 & MASK32]
+        if r + 1 < rounds:
+            k = [(k[0] + WEYL[0]) & MASK32, (k[1] + WEYL[1]) & MASK32]
+    return tuple(c)
 
 
 @pytest.mark.parametrize(("counter", "key", "expected"), KNOWN_ANSWERS)

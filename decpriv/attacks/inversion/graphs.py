@@ -9,11 +9,11 @@ so it gives the eager evaluation's numbers.
 """
 
 import warnings
-from collections.abc import Callable
 
 import torch
 
-Objective = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # u (N, d) -> (grad, value (N,))
+from decpriv.attacks.inversion.optimisers import Objective
+
 WARMUP = 3  # evaluations on a side stream before capture, as the recipe asks (lazy init, workspaces)
 
 
