@@ -63,3 +63,25 @@ def test_the_sealed_attack_computes_on_the_runs_gpu(tmp_path, monkeypatch):
     found = pd.read_csv(tmp_path / "run" / "escape.csv").set_index("way").outcome
     assert found["computes"] == "ok cuda"
     assert json.loads((tmp_path / "run" / "run.json").read_text())["attack_device"] == "cuda"
+
+
+def test_an_attack_process_on_the_gpu_inverts_cpu_inputs_there():
+    """CPU inputs (what crosses into the sealed process) go to the attack's GPU and come back: the same
+    reconstruction as inverting CUDA inputs directly."""
+    from decpriv.device import set_attack_device
+
+    repeatable_cuda()
+    data, model = digits(Seeds(0)), cnn((1, 8, 8), 10)
+    theta = model.init(1, 0)[0]
+    x, y = data.x_train[:1], data.y_train[:1]
+    target = grad(model.loss)(theta, x, y)
+    config = InversionConfig(cost="sim", optimiser="adam", iterations=12, lr=0.1, restarts=16)
+    direct = invert(
+        model.on("cuda"), theta.cuda(), target.cuda(), (1, 8, 8), 10, 1, y.cuda(), (0.0, 1.0), config
+    )
+    set_attack_device("cuda")
+    try:
+        moved = invert(model, theta, target, (1, 8, 8), 10, 1, y, (0.0, 1.0), config)
+    finally:
+        set_attack_device("cpu")
+    assert moved.x.device.type == "cpu" and torch.equal(moved.x, direct.x.cpu())

@@ -17,7 +17,7 @@ and both optimisers keep the problems independent (:mod:`decpriv.attacks.inversi
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.func import grad, grad_and_value, vmap
@@ -27,6 +27,7 @@ from decpriv.attacks.inversion.costs import COSTS, total_variation
 from decpriv.attacks.inversion.graphs import graphed
 from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
 from decpriv.attacks.inversion.optimisers import adam, lbfgs
+from decpriv.device import attack_device
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
 from decpriv.report.progress import updates
@@ -226,8 +227,19 @@ def invert(
     generator: the attack's random stream (initialisation only); basis: (d, r) orthonormal columns
     spanning the inputs when the leak reveals their span (:func:`input_span`): the unknowns are then
     each input's r coordinates, x = basis a (not with ``box``).
+
+    CPU inputs in an attack's process that started the run's GPU (:func:`decpriv.device.attack_device`)
+    are inverted there, the result brought back to the CPU: what crosses into that process is on the CPU.
     """
     _check(model, params, target, batch_size)
+    device = attack_device()
+    if params.device.type == "cpu" and device != "cpu":  # the sealed process started the run's GPU
+        moved = [None if t is None else t.to(device) for t in (params, target, labels, basis)]
+        found = invert(
+            model.on(device), moved[0], moved[1], input_shape, num_classes, batch_size, moved[2],
+            data_range, config, generator, moved[3],
+        )  # fmt: skip
+        return replace(found, x=found.x.cpu(), y=found.y.cpu(), history=found.history.cpu())
     if config.box and data_range is None:
         raise bad_value("attack.box", True, "the data has no declared value range", "set box=false")
     if config.box and basis is not None:
