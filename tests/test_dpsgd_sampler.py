@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from benchmarks.audit_underreport import projected_epsilon
 from decpriv import experiment
 from decpriv.api import compose_config
 from decpriv.attacks.audit.bounds import clopper_pearson_upper, dp_lower, gdp_lower, renyi_lower
@@ -176,6 +177,14 @@ def test_audit_of_the_real_sampler_passes_and_can_be_rederived(tmp_path, sampler
     else:  # a drawn canary moves the sum by 2C: more than the Poisson accountant reports for the same noise
         assert summary.audit_epsilon > poisson_claim
     rederived(table, order=None)
+    # benchmarks/audit_underreport.py's projection onto more trials: at the run's own size, the run's bound
+    trials = int(table.trials.iloc[0])
+    assert projected_epsilon(table, trials) == pytest.approx(summary.audit_epsilon, rel=1e-9, abs=1e-12)
+    assert (
+        projected_epsilon(table, 100 * trials)
+        >= projected_epsilon(table, 10 * trials)
+        >= summary.audit_epsilon
+    )
 
 
 def rederived(table: pd.DataFrame, order: float | None) -> None:

@@ -84,4 +84,6 @@ def test_an_attack_process_on_the_gpu_inverts_cpu_inputs_there():
         moved = invert(model, theta, target, (1, 8, 8), 10, 1, y, (0.0, 1.0), config)
     finally:
         set_attack_device("cpu")
-    assert moved.x.device.type == "cpu" and torch.equal(moved.x, direct.x.cpu())
+    assert torch.equal(moved.x, direct.x.cpu()) and torch.equal(moved.objectives, direct.objectives.cpu())
+    found = [getattr(moved, f.name) for f in dataclasses.fields(moved)]
+    assert all(t.device.type == "cpu" for t in found if torch.is_tensor(t))  # all of it crosses back as data

@@ -17,7 +17,7 @@ and both optimisers keep the problems independent (:mod:`decpriv.attacks.inversi
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch.func import grad, grad_and_value, vmap
@@ -239,7 +239,9 @@ def invert(
             model.on(device), moved[0], moved[1], input_shape, num_classes, batch_size, moved[2],
             data_range, config, generator, moved[3],
         )  # fmt: skip
-        return replace(found, x=found.x.cpu(), y=found.y.cpu(), history=found.history.cpu())
+        return replace(
+            found, **{f.name: v.cpu() for f in fields(found) if torch.is_tensor(v := getattr(found, f.name))}
+        )
     if config.box and data_range is None:
         raise bad_value("attack.box", True, "the data has no declared value range", "set box=false")
     if config.box and basis is not None:
