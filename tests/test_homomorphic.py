@@ -382,6 +382,32 @@ def test_two_identical_ckks_runs_differ_yet_diff_calls_them_the_same_within_the_
     assert "differs beyond the CKKS bound" in out and "train_loss" in out
 
 
+def test_two_identical_ckks_sweeps_compare_within_each_jobs_bound(tmp_path, monkeypatch, capsys):
+    """A sweep's summary holds one row a job: each row compares within the bound its job pair recorded,
+    so two sweeps of one config are the same; under a smaller recorded bound their results differ."""
+    import json
+    import shutil
+
+    from decpriv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    line = ["run", "-m", "seed=0,1", "defense=homomorphic", *SMALL, *SMALL_CKKS, *FEDAVG, "~attack"]
+    for name in "ab":
+        assert main([*line, "plots=false", f"hydra.sweep.dir={name}"]) == 0
+    capsys.readouterr()
+    assert main(["diff", "a", "b"]) == 0
+    assert "same within the CKKS bound" in " ".join(capsys.readouterr().out.split())
+    for name in "ab":  # the same sweeps, their jobs' recorded bound shrunk to nothing
+        shutil.copytree(name, f"{name}0")
+        for file in Path(f"{name}0").glob("*/run.json"):
+            meta = json.loads(file.read_text())
+            meta["repeatable_within"]["rtol"] = 1e-15
+            file.write_text(json.dumps(meta))
+    assert main(["diff", "a0", "b0"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "differs beyond the CKKS bound 1e-15" in out and "train_loss" in out, out
+
+
 def test_the_docs_state_the_decryption_exposure_its_remedy_and_the_default_honestly():
     """Li and Micciancio's setting (EUROCRYPT 2021) is the default: the yaml, the docstring and the docs
     say so, name the remedy (flood_bits) and why the sum is not kept among the clients."""

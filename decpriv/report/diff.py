@@ -92,19 +92,37 @@ def split_by_bound(
 ) -> None:
     """Move the changed cells that stay within ``bound`` to ``found.within``: result columns only
     (``results``; None: every column of a run's other tables), config cells still compare exactly."""
+    _split(found, [bound] * len(found.changed), rtol, atol, results)
+
+
+def split_rows_by_bound(
+    found: TableDiff, bounds: dict[str, Bound], keys: list[str] | None, rtol: float, atol: float
+) -> None:
+    """A sweep's summary, one row a job: each row's changed result cells within the bound its job pair
+    recorded (``bounds``, by the swept values as :func:`_paired_jobs` keys them); rows of jobs without one
+    compare exactly."""
+    if found.changed.empty or not bounds or not keys:
+        return
+    rows = zip(*(found.changed[k] for k in keys), strict=True)
+    named = [";".join(f"{k}={v}" for k, v in zip(keys, row, strict=True)) for row in rows]
+    _split(found, [bounds.get(key) for key in named], rtol, atol, found.metrics)
+
+
+def _split(found: TableDiff, bounds: list, rtol: float, atol: float, results: set[str] | None) -> None:
     changed = found.changed
     if changed.empty:
         return
     inside = np.array(
         [
-            (results is None or column in results)
+            bound is not None
+            and (results is None or column in results)
             and (column in bound.varies or _close(a, b, max(rtol, bound.rtol), atol)[0])
-            for column, a, b in zip(changed["column"], changed["a"], changed["b"], strict=True)
+            for bound, column, a, b in zip(bounds, changed["column"], changed["a"], changed["b"], strict=True)
         ],
         dtype=bool,
     )
     found.within, found.changed = changed[inside], changed[~inside].reset_index(drop=True)
-    found.bound = bound
+    found.bound = max((b for b in bounds if b is not None), key=lambda b: b.rtol, default=None)
 
 
 def _status_of(target: Path) -> dict:
@@ -228,10 +246,15 @@ def diff_paths(a: Path | str, b: Path | str, rtol: float = 1e-9, atol: float = 0
     diffs = _diff_folders(a, b, rtol, atol)
     if _is_sweep(a) and _is_sweep(b):
         keys = _aligning_keys(a, b, collect(a), collect(b), diffs[0].metrics if diffs else set())
-        for label, job_a, job_b in _paired_jobs(a, b, keys):
+        bounds = {}
+        for label, key, job_a, job_b in _paired_jobs(a, b, keys):
             for found in _diff_folders(job_a, job_b, rtol, atol):
                 found.name = f"{label}/{found.name}"
                 diffs.append(found)
+            if (bound := recorded_bound(read_status(job_a), read_status(job_b))) is not None:
+                bounds[key] = bound
+        for found in (d for d in diffs if d.name == "summary"):
+            split_rows_by_bound(found, bounds, keys, rtol, atol)
     return diffs
 
 
@@ -239,9 +262,10 @@ def _is_sweep(target: Path) -> bool:
     return target.is_dir() and not (target / "run.json").is_file()
 
 
-def _paired_jobs(a: Path, b: Path, keys: list[str] | None) -> list[tuple[str, Path, Path]]:
+def _paired_jobs(a: Path, b: Path, keys: list[str] | None) -> list[tuple[str, str, Path, Path]]:
     """Jobs of two sweeps that ran the same swept values (the same job number without swept keys), as
-    (label, job folder in A, job folder in B): each pair's tables are compared, not only the summaries."""
+    (label, key, job folder in A, job folder in B): each pair's tables are compared, not only the
+    summaries."""
 
     def by_key(sweep: Path) -> dict[str, Path]:
         found = {}
@@ -257,7 +281,7 @@ def _paired_jobs(a: Path, b: Path, keys: list[str] | None) -> list[tuple[str, Pa
     pairs = []
     for key in [k for k in jobs_a if k in jobs_b]:
         ja, jb = jobs_a[key], jobs_b[key]
-        pairs.append((ja.name if ja.name == jb.name else f"{ja.name}~{jb.name}", ja, jb))
+        pairs.append((ja.name if ja.name == jb.name else f"{ja.name}~{jb.name}", key, ja, jb))
     return pairs
 
 
