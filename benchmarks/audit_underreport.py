@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
 from decpriv.attacks.audit.bounds import dp_lower, rates_upper
 
@@ -31,10 +30,9 @@ def claimed_epsilon(run: Path) -> float:
     """The (epsilon, delta) the accountant reports for ``run``'s node had its sigma been REPORTED_SIGMA."""
     from decpriv.privacy.library import pld_epsilon
 
-    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
-    rate = float(pd.read_csv(run / "privacy.csv").sampling_rate.max())
+    node = pd.read_csv(run / "privacy.csv").sort_values("sampling_rate").iloc[-1]  # the audited node
     delta = float(pd.read_csv(run / "audit.csv").delta.iloc[0])
-    return pld_epsilon(cfg.defense.sampler, rate, REPORTED_SIGMA, int(cfg.protocol.rounds), delta)
+    return pld_epsilon(node.sampler, float(node.sampling_rate), REPORTED_SIGMA, int(node.steps), delta)
 
 
 def projected_epsilon(table: pd.DataFrame, trials: int) -> float:
@@ -46,15 +44,15 @@ def projected_epsilon(table: pd.DataFrame, trials: int) -> float:
     return float(np.max(dp_lower(fpr, fnr, float(table.delta.iloc[0]))))
 
 
-def run_audit(folder: Path, device: str, trials: int, chunk: int) -> float:
-    """The preset at the released sigma through decpriv's Python API (the sealed attack included) into
-    ``folder``; its seconds."""
+def run_audit(device: str, trials: int, chunk: int) -> tuple[Path, float]:
+    """The preset at the released sigma through decpriv's Python API (the sealed attack included), into a
+    new runs/<date>/<time>; its folder and seconds."""
     from decpriv import api
 
     overrides = ["experiment=dpsgd_digits_audit", f"device={device}", f"defense.sigma={RELEASED_SIGMA}"]
     begin = time.perf_counter()
-    api.run([*overrides, f"attack.trials={trials}", f"attack.chunk={chunk}", "plots=false"], folder)
-    return time.perf_counter() - begin
+    result = api.run([*overrides, f"attack.trials={trials}", f"attack.chunk={chunk}", "plots=false"])
+    return result.path, time.perf_counter() - begin
 
 
 def cpu_trials_in(seconds: float) -> float:
@@ -83,15 +81,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--trials", type=int, default=10**7)
     parser.add_argument("--chunk", type=int, default=500000)
-    parser.add_argument("--folder", type=Path, default=Path("runs/audit_underreport"))
     parser.add_argument("--project", nargs=2, metavar=("RUN", "TRIALS"))
     args = parser.parse_args()
     if args.project:
         report(Path(args.project[0]), int(args.project[1]))
         return
-    seconds = run_audit(args.folder, args.device, args.trials, args.chunk)
-    print(f"decpriv run, {args.trials} trials on {args.device}: {seconds:.0f} s")
-    report(args.folder, 10 * args.trials)
+    folder, seconds = run_audit(args.device, args.trials, args.chunk)
+    print(f"{folder}: {args.trials} trials on {args.device}, the whole run {seconds:.0f} s")
+    report(folder, 10 * args.trials)
     print(f"the CPU's {os.cpu_count()} cores draw {cpu_trials_in(seconds):.3g} trials in the same time")
 
 
