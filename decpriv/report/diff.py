@@ -103,8 +103,7 @@ def split_rows_by_bound(
     compare exactly."""
     if found.changed.empty or not bounds or not keys:
         return
-    rows = zip(*(found.changed[k] for k in keys), strict=True)
-    named = [";".join(f"{k}={v}" for k, v in zip(keys, row, strict=True)) for row in rows]
+    named = [key_text(row, keys) for _, row in found.changed.iterrows()]
     _split(found, [bounds.get(key) for key in named], rtol, atol, found.metrics)
 
 
@@ -123,6 +122,12 @@ def _split(found: TableDiff, bounds: list, rtol: float, atol: float, results: se
     )
     found.within, found.changed = changed[inside], changed[~inside].reset_index(drop=True)
     found.bound = max((b for b in bounds if b is not None), key=lambda b: b.rtol, default=None)
+
+
+def key_text(row: pd.Series, keys: list[str]) -> str:
+    """A row's values of ``keys`` as ``k=v;k=v``: how a sweep's job is named by its swept values, in the
+    summary's rows, its job folders' run.json and diff's output alike."""
+    return ";".join(f"{k}={row[k]}" for k in keys if k in row)
 
 
 def _status_of(target: Path) -> dict:
@@ -274,7 +279,7 @@ def _paired_jobs(a: Path, b: Path, keys: list[str] | None) -> list[tuple[str, st
                 row = job_row(job).iloc[0]
             except ConfigError:
                 continue  # unreadable run.json: the summary comparison already shows the job
-            found[";".join(f"{k}={row.get(k)}" for k in keys) if keys else job.name] = job
+            found[key_text(row, keys) if keys else job.name] = job
         return found
 
     jobs_a, jobs_b = by_key(a), by_key(b)
@@ -333,10 +338,6 @@ def _aligning_keys(
 def diff_rows(diffs: list[TableDiff]) -> pd.DataFrame:
     """Every difference as one tidy row (table, change, key, column, a, b, rel_diff): for CSV and CI."""
     rows = []
-
-    def key_text(row: pd.Series, keys: list[str]) -> str:
-        return ";".join(f"{k}={row[k]}" for k in keys if k in row)
-
     for d in diffs:
         for change, frame in (("removed", d.removed), ("added", d.added)):
             for _, row in frame.iterrows():
