@@ -43,7 +43,7 @@ def trials_per_second(device: str, trials: int, chunk: int) -> tuple[float, torc
 
 def generator_trials_per_second(trials: int) -> float:
     """The same trials drawn from CPU ``torch.Generator`` streams (the audit's draws before Philox)."""
-    from decpriv.rng import Seeds
+    from decpriv.random.streams import Seeds
 
     runner, seeds = preset_trials()
     streams = Seeds(seeds.seed("attack.audit.noise.eval"))

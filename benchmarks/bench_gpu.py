@@ -46,7 +46,7 @@ def inversion_rate(device: str, restarts: int, graphs: bool = True, iterations: 
     from decpriv.attacks.inversion import InversionConfig, invert
     from decpriv.data.datasets import digits
     from decpriv.models.architectures import cnn
-    from decpriv.rng import Seeds
+    from decpriv.random.streams import Seeds
 
     data, model = digits(Seeds(0)), cnn((1, 8, 8), 10).on(device)
     theta = model.init(1, 0)[0].to(device)

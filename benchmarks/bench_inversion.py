@@ -14,7 +14,7 @@ from torch.func import grad
 from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.data.datasets import digits
 from decpriv.models.architectures import cnn, mlp
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 SHAPE = (1, 8, 8)
 

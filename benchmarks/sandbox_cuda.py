@@ -1,7 +1,7 @@
 """Does CUDA start inside the attack's sandbox? A probe for a GPU machine (`make gpu-sandbox`).
 
 Runs ``torch.zeros(1, device="cuda")`` under the sealed process's bubblewrap command line with the GPU's
-binds (decpriv/sandbox.py), then, where that fails, under the same command with one restriction lifted
+binds (decpriv/seal/sandbox.py), then, where that fails, under the same command with one restriction lifted
 at a time, so that one run on a GPU names the restriction CUDA needs. Prints a line per variant:
 ``ok`` or the error. Exit status 0 when the sandbox itself starts CUDA.
 """
@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from decpriv import sandbox
+from decpriv.seal import sandbox
 
 PROBE = (
     "import torch, warnings\n"

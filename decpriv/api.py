@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from decpriv.config.user_conf import check_not_shadowed, unreadable_yaml
 from decpriv.errors import ConfigError, bad_value
-from decpriv.user_conf import check_not_shadowed, unreadable_yaml
 
 if TYPE_CHECKING:  # pandas loads when tables are read: composing a config (a refusal) does without it
     import pandas as pd

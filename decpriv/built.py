@@ -13,7 +13,7 @@ from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 
 @dataclass(eq=False)

@@ -11,7 +11,7 @@ import torch
 
 from decpriv.errors import bad_value
 
-# where this process's attack computes: the sealed attack process (decpriv.seal) sets the run's GPU where it
+# where this process's attack computes: the sealed attack process (decpriv.seal.process) sets the run's GPU where it
 # could start CUDA there; the CPU everywhere else
 _ATTACK_DEVICE = ["cpu"]
 

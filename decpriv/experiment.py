@@ -25,11 +25,11 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv import sandbox, zygote
 from decpriv.adversary.recorder import Recorder
 from decpriv.adversary.view import AttackContext, DataSpec, PublicProtocol, View
 from decpriv.attacks.base import Attack
 from decpriv.built import Setup
+from decpriv.config.validation import PLUGIN_GROUPS, blocked_target, validate
 from decpriv.data.datasets import cache_folder
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense, Mechanism
@@ -37,15 +37,15 @@ from decpriv.device import device_name, resolve_device
 from decpriv.errors import ConfigError, Diverged, bad_value
 from decpriv.graphs.network import Network
 from decpriv.protocols.base import Outcome, Simulation
+from decpriv.random.streams import ScopedSeeds, Seeds, scoped
 from decpriv.report import progress
 from decpriv.report.findings import Findings
 from decpriv.report.headline import resolve
 from decpriv.report.plots import training_curves
 from decpriv.report.run_folder import RunFolder, error_text
-from decpriv.rng import ScopedSeeds, Seeds, scoped
-from decpriv.seal import Sealed
-from decpriv.truth import Truth
-from decpriv.validation import PLUGIN_GROUPS, blocked_target, validate
+from decpriv.seal import sandbox, zygote
+from decpriv.seal.process import Sealed
+from decpriv.seal.truth import Truth
 
 
 def build_plugin(node: DictConfig, **kwargs: Any) -> Any:
@@ -95,7 +95,7 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
     """Step 1: validate, then build network, data, model, protocol, defense, adversary, attack, accountant.
 
     ``sealed`` (the command line's and :func:`decpriv.api.run`'s build): the attack's ``prepare`` (its
-    refusals included) runs in a sealed process (:mod:`decpriv.seal`), never here; without it (the
+    refusals included) runs in a sealed process (:mod:`decpriv.seal.process`), never here; without it (the
     Python API's in-process experiments) it runs in this process, beside the data."""
     validate(cfg)
     device = resolve_device(cfg.device)
@@ -170,7 +170,7 @@ def audits(attack: Attack | None) -> bool:
 
 
 def sealable(attack: Any) -> bytes | None:
-    """The attack serialised for its sealed process (:mod:`decpriv.seal`)."""
+    """The attack serialised for its sealed process (:mod:`decpriv.seal.process`)."""
     if attack is None:
         return None
     try:
@@ -518,7 +518,7 @@ def _pipeline(
     prebuilt: Prebuilt | None,
 ) -> Path:
     """Steps 1-6 into ``folder``; any failure marks run.json and summary.csv failed and is re-raised.
-    The attack's own code runs in its sealed process (:mod:`decpriv.seal`), closed at the end."""
+    The attack's own code runs in its sealed process (:mod:`decpriv.seal.process`), closed at the end."""
     sealed, plan = None, None
     try:
         setup = _built(cfg, folder, choices, show_progress, prebuilt)

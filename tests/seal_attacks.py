@@ -21,8 +21,8 @@ import torch
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import MembershipInference
+from decpriv.random.streams import Seeds
 from decpriv.report.findings import Findings
-from decpriv.rng import Seeds
 
 SPY: dict[str, float] = {}  # what the behaviour found during the run, read by run() in the same process
 TRUTH_TYPES = {"Truth", "Setup", "LocalData", "Simulation", "Dataset"}

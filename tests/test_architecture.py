@@ -82,6 +82,88 @@ def test_no_import_circles():
     assert circles(graph) == []
 
 
+def top_level(module: str) -> str:
+    """``decpriv.seal.zygote`` -> ``decpriv.seal``: the top-level file or package a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph() -> nx.DiGraph:
+    """Top-level file or package -> one it imports (the map docs/ARCHITECTURE.md draws)."""
+    graph = nx.DiGraph()
+    for a, b in import_graph().edges():
+        if top_level(a) != top_level(b):
+            graph.add_edge(top_level(a), top_level(b))
+    return graph
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def crossing(package: str) -> tuple[set[tuple[str, str]], set[str]]:
+    """(importer, seal module) edges that enter ``package`` from outside, and what it imports outside."""
+    edges = import_graph().edges()
+    inward = {(a, b) for a, b in edges if inside(b, package) and not inside(a, package)}
+    outward = {b for a, b in edges if inside(a, package) and not inside(b, package)}
+    return inward, outward
+
+
+# Who may start or drive the sealed process: the pipeline and the CLI (which warms the zygote first thing);
+# the config layer and `decpriv list sandbox` read the sandbox's declared limits. decpriv.seal.truth is the
+# type evaluate scores against, imported by scorers (test_attacks_see_only_their_context_and_view keeps it
+# out of what attacks compute before scoring).
+SEAL_DRIVERS = {"decpriv.experiment", "decpriv.cli", "decpriv.cli.precheck", "decpriv.cli.reading"}
+SEAL_LIMITS_READERS = {"decpriv.config.validation"}
+# What the seal itself may import: the types that cross its border (an attack, its behaviour's forgery, its
+# findings, the truth's data), its device and streams, the key checks of its limits, the errors.
+SEAL_IMPORTS = {
+    "decpriv",
+    "decpriv.errors",
+    "decpriv.device",
+    "decpriv.random",
+    "decpriv.random.streams",
+    "decpriv.config.types",
+    "decpriv.adversary.behaviour",
+    "decpriv.attacks.base",
+    "decpriv.report.findings",
+    "decpriv.data.datasets",
+    "decpriv.data.partition",
+}
+
+
+def test_the_seal_is_driven_by_the_pipeline_alone_and_imports_only_what_crosses_it():
+    inward, outward = crossing("decpriv.seal")
+    drivers = {a for a, b in inward if b != "decpriv.seal.truth" and b != "decpriv.seal.sandbox"}
+    assert drivers <= SEAL_DRIVERS | SEAL_LIMITS_READERS, drivers - SEAL_DRIVERS
+    assert {a for a, b in inward if b == "decpriv.seal.sandbox"} <= SEAL_DRIVERS | SEAL_LIMITS_READERS
+    assert "decpriv.experiment" in drivers  # the walk sees the pipeline's own import of the seal
+    assert outward <= SEAL_IMPORTS, outward - SEAL_IMPORTS
+
+
+def test_the_config_layer_and_the_streams_stand_below_the_pipeline():
+    """The config layer checks, it builds nothing: it imports no plugin family by name (those load through
+    their ``_target_``) and neither the pipeline nor the CLI; the streams import nothing of decpriv."""
+    _, config_out = crossing("decpriv.config")
+    assert {top_level(m) for m in config_out} <= {
+        "decpriv",
+        "decpriv.errors",
+        "decpriv.seal",
+        "decpriv.report",
+    }
+    assert config_out & {"decpriv.seal.sandbox"}  # the walk sees the limits it checks
+    _, random_out = crossing("decpriv.random")
+    assert random_out == set()
+
+
+def test_the_top_level_keeps_the_pipeline_spine():
+    """The seal, the config layer and the random streams are packages; the top level holds the pipeline's
+    spine and the plugin families (23 files and packages, no circle between modules)."""
+    tops = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    assert {"seal", "config", "random"} <= tops
+    assert not tops & {"zygote", "sandbox", "plain", "primitives", "truth", "validation", "rng", "philox"}
+    assert len(tops - {"__init__"}) == 22 and "conf" in tops
+
+
 def test_no_function_over_80_lines():
     """The style's limit: a longer function is split along the steps it narrates."""
     assert long_functions(limit=60)  # the walk sees the package's functions (some run past 60 lines)
@@ -299,6 +381,10 @@ if __name__ == "__main__":
         f"modules {graph.number_of_nodes()}, import edges {graph.number_of_edges()}, lines {lines_of_code()}"
     )
     found = circles(graph)
+    packages = package_graph()
+    print(
+        f"top-level files and packages {packages.number_of_nodes()}, import edges between them {packages.number_of_edges()}"
+    )
     print(f"import circles: {len(found)}")
     for circle in found:
         print("  " + " <-> ".join(circle))

@@ -20,7 +20,7 @@ from decpriv.attacks.audit.mechanisms import PAIR_STREAM, GradientTrials
 from decpriv.attacks.audit.reconcile import AuditFailed
 from decpriv.errors import ConfigError
 from decpriv.privacy.network_dp import NetworkDPAccountant
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 # Muffliato on the path 0 - 1 - 2, sigma = 2: a pair whose view holds the source's noisy value has
 # mu = 2C / (sigma C) = 1, Renyi loss alpha mu^2 / 2 = 1 at alpha = 2

@@ -1,4 +1,4 @@
-"""Declared key constraints (decpriv.config_types): one annotation in a plugin's signature refuses a bad
+"""Declared key constraints (decpriv.config.types): one annotation in a plugin's signature refuses a bad
 value before anything is built, with the sentence key=value: why; fix; guards Python callers; and is what
 ``decpriv list GROUP`` shows."""
 
@@ -14,12 +14,12 @@ from omegaconf import OmegaConf
 from decpriv import NO_USER_CONF, experiment
 from decpriv.api import compose_config
 from decpriv.cli import main
-from decpriv.config_types import Range, checked, describe, refusal
+from decpriv.config.types import Range, checked, describe, refusal
+from decpriv.config.validation import PLUGIN_GROUPS, check_plugin, validate
 from decpriv.errors import ConfigError
 from decpriv.graphs import topologies
 from decpriv.protocols.dsgd import DSGD
 from decpriv.report.show import _option_node, config_options
-from decpriv.validation import PLUGIN_GROUPS, check_plugin, validate
 
 pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
 

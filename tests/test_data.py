@@ -7,7 +7,7 @@ import torch
 from decpriv.data import datasets
 from decpriv.data import partition as part
 from decpriv.errors import ConfigError
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 SEEDS = Seeds(0)
 

@@ -1,5 +1,5 @@
 """Same config and seed, same numbers, whatever device simulates (docs/simulation.md, "Same numbers on any
-device"): every stream is a CPU generator, every draw goes through :mod:`decpriv.rng` (drawn on the CPU,
+device"): every stream is a CPU generator, every draw goes through :mod:`decpriv.random.streams` (drawn on the CPU,
 then moved), the model is initialised on the CPU, and the code that runs on the simulation's device names
 the device of every tensor it creates.
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from decpriv import rng
 from decpriv.models.architectures import cnn, mlp
-from decpriv.rng import Seeds
+from decpriv.random import streams as rng
+from decpriv.random.streams import Seeds
 
 PACKAGE = Path(__file__).resolve().parents[1] / "decpriv"
 DEVICES = ["cpu", "meta"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -117,7 +117,7 @@ def test_every_random_draw_goes_through_the_streams():
     twister); a generator made by hand would escape the named streams."""
     found = []
     for path in sources():
-        if path.name == "rng.py":
+        if path.name == "streams.py":
             continue
         for node, func in calls(path):
             name = torch_call(func)
@@ -126,7 +126,9 @@ def test_every_random_draw_goes_through_the_streams():
                 found.append(where)
     # the one exception: reset_parameters draws from the global CPU generator, seeded here for that call
     allowed = [w for w in found if w.startswith("models/functional.py") and "default_generator" in w]
-    assert sorted(set(found) - set(allowed)) == [], "draw through decpriv.rng (normal, uniform, ...)"
+    assert sorted(set(found) - set(allowed)) == [], (
+        "draw through decpriv.random.streams (normal, uniform, ...)"
+    )
     assert len(allowed) == 1
 
 

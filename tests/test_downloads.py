@@ -30,7 +30,7 @@ from decpriv import NO_USER_CONF
 from decpriv.cli import main
 from decpriv.data import datasets
 from decpriv.errors import ConfigError
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 SEEDS = Seeds(0)
 pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")  # pytest resets the import-time filter

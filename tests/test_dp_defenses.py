@@ -23,7 +23,7 @@ from decpriv.graphs.gossip_matrix import metropolis_hastings
 from decpriv.graphs.network import Network
 from decpriv.models.architectures import softmax
 from decpriv.privacy.secldp_bounds import slope_for_epsilon
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 
 @pytest.fixture(autouse=True)

@@ -147,7 +147,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
     import subprocess
     import sys
 
-    code = "import sys; from decpriv.data.datasets import digits; from decpriv.rng import Seeds; digits(Seeds(0)); print('sklearn' in sys.modules)"
+    code = "import sys; from decpriv.data.datasets import digits; from decpriv.random.streams import Seeds; digits(Seeds(0)); print('sklearn' in sys.modules)"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -157,7 +157,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits():
     from sklearn.datasets import load_digits
 
     from decpriv.data.datasets import digits
-    from decpriv.rng import Seeds
+    from decpriv.random.streams import Seeds
 
     raw = load_digits()
     ours = digits(Seeds(5))

@@ -18,7 +18,7 @@ from decpriv.attacks.inversion import InversionConfig, invert
 from decpriv.data.datasets import digits
 from decpriv.device import repeatable_cuda
 from decpriv.models.architectures import cnn
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
 

@@ -14,7 +14,7 @@ from decpriv.api import compose_config
 from decpriv.defenses.homomorphic import CkksParameters, Homomorphic, KeyHolders, Server
 from decpriv.errors import ConfigError
 from decpriv.experiment import build, simulate
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 # 128-bit secure (109 bits at N=4096) and four times cheaper than the default N=8192
 SMALL_CKKS = ["defense.poly_modulus_degree=4096", "defense.coeff_mod_bit_sizes=[60,49]"]

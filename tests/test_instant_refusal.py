@@ -1,4 +1,4 @@
-"""Refusals are instant: once a check has recorded the plugins' declarations (decpriv/declarations.py),
+"""Refusals are instant: once a check has recorded the plugins' declarations (decpriv/config/declarations.py),
 a bad value on the command line is refused without importing torch, pandas or the plugin's module; an
 edited source invalidates the record (the slow path then checks, and records again)."""
 
@@ -7,14 +7,14 @@ import subprocess
 import sys
 import time
 
-from decpriv import declarations
+from decpriv.config import declarations
 
 REFUSE = (
     "import sys; from decpriv.cli import main; code = main(['run', 'protocol.lr=-1']); "
     "print(code, sorted(m for m in ('torch', 'pandas', 'decpriv.protocols.dsgd') if m in sys.modules))"
 )
 RECORD = (
-    "from decpriv.api import compose_config; from decpriv.validation import validate; "
+    "from decpriv.api import compose_config; from decpriv.config.validation import validate; "
     "validate(compose_config([])[0])"
 )
 

@@ -19,7 +19,7 @@ from decpriv.data.datasets import digits
 from decpriv.errors import ConfigError
 from decpriv.metrics.images import psnr
 from decpriv.models.architectures import mlp, softmax
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 SHAPE = (1, 8, 8)
 

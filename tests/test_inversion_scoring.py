@@ -8,8 +8,8 @@ from decpriv.attacks.inversion.scoring import image_summary, score_batches
 from decpriv.data import datasets
 from decpriv.data.partition import LocalData
 from decpriv.metrics.images import RECOVERY_MARGIN_DB
-from decpriv.rng import Seeds
-from decpriv.truth import Truth
+from decpriv.random.streams import Seeds
+from decpriv.seal.truth import Truth
 
 
 @pytest.fixture(scope="module")

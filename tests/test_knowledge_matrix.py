@@ -160,13 +160,13 @@ def test_bad_input_exits_2(cli):
 
 
 def test_attack_sees_only_the_view():
-    """No module of the attack imports decpriv.truth except attack.py, which names Truth only in evaluate's
+    """No module of the attack imports decpriv.seal.truth except attack.py, which names Truth only in evaluate's
     signature and the scoring helpers evaluate calls; run() gets a View and its findings hold no ground truth."""
     for path in PACKAGE.glob("*.py"):
         tree = ast.parse(path.read_text())
         imports = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         if path.name != "attack.py":
-            assert "decpriv.truth" not in imports, path
+            assert "decpriv.seal.truth" not in imports, path
     tree = ast.parse((PACKAGE / "attack.py").read_text())
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef) and fn.name not in (

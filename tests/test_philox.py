@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from decpriv import rng
 from decpriv.attacks.audit.likelihood import heldout_counts
 from decpriv.attacks.audit.subsampled import SampledTrials, canary_draw, learn_step_test
 from decpriv.defenses.dp import DPSGD
-from decpriv.philox import CPU_SLICE, MASK32, MULTIPLIERS, ROUNDS, WEYL, PhiloxStream, philox4x32
-from decpriv.rng import Seeds
+from decpriv.random import streams as rng
+from decpriv.random.philox import CPU_SLICE, MASK32, MULTIPLIERS, ROUNDS, WEYL, PhiloxStream, philox4x32
+from decpriv.random.streams import Seeds
 
 # Random123's tests/kat_vectors (github.com/DEShawResearch/random123), its three "philox4x32 10" lines:
 # counter (4 words), key (2 words), expected output (4 words)

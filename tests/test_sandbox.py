@@ -23,10 +23,11 @@ import pytest
 import sandbox_attacks
 from conftest import DECPRIV, run_cli
 
-from decpriv import api, sandbox, zygote
+from decpriv import api
 from decpriv.data.datasets import cache_folder
 from decpriv.errors import ConfigError
-from decpriv.seal import Sealed
+from decpriv.seal import sandbox, zygote
+from decpriv.seal.process import Sealed
 
 TESTS = Path(__file__).parent
 sealed = pytest.mark.skipif(zygote.seal_kind() != "bubblewrap", reason="no bubblewrap here: the process seal")
@@ -256,7 +257,7 @@ def test_a_bound_device_node_opens_read_write_and_maps(tmp_path, monkeypatch):
 def test_limits_are_refused_in_one_sentence():
     cfg, _ = api.compose_config(["sandbox.memory_gib=0"])
     with pytest.raises(ConfigError, match=r"^sandbox\.memory_gib=0: the attack process's memory"):
-        from decpriv.validation import validate
+        from decpriv.config.validation import validate
 
         validate(cfg)
     with pytest.raises(ConfigError, match=r"sandbox\.cpu=1: the sandbox has no such limit; known keys"):

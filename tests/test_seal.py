@@ -28,12 +28,13 @@ import seal_attacks
 import torch
 from conftest import DECPRIV
 
-from decpriv import api, experiment, plain, zygote
+from decpriv import api, experiment
 from decpriv.adversary.behaviour import Forgery
+from decpriv.random.streams import ScopedSeeds, Seeds, derive_seed, scoped
 from decpriv.report import headline
 from decpriv.report.document import run_document
-from decpriv.rng import ScopedSeeds, Seeds, derive_seed, scoped
-from decpriv.seal import NotPlainResult
+from decpriv.seal import plain, zygote
+from decpriv.seal.process import NotPlainResult
 
 OVERRIDES = ["attack=peek", "protocol.rounds=3", "seed=3"]
 HOSTILE = "way: ''\nmarker: ''\npipeline: 0\naddress: 0\nsize: 0\nproject: ''\nheartbeat: ''\nsummary: ''\n"
@@ -313,7 +314,10 @@ def test_plain_data_round_trips_as_its_base_types():
         (pickle.dumps(seal_attacks.Payload("x")), "seal_attacks.steal"),
         (pickle.dumps(torch.ones(2)), "torch._utils._rebuild_tensor_v2"),  # even torch's own: no global
         (pickle.dumps(("record", "seal_attacks", "Hostile", ("dict", []))), "seal_attacks.Hostile"),
-        (pickle.dumps(("record", "decpriv.seal", "_answer", ("dict", []))), "decpriv.seal._answer"),
+        (
+            pickle.dumps(("record", "decpriv.seal.process", "_answer", ("dict", []))),
+            "decpriv.seal.process._answer",
+        ),
         (pickle.dumps(("eval", "1")), "a value tagged 'eval'"),
         (b"\x80\x05garbage", "not a pickle of primitives"),
     ],

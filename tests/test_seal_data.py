@@ -18,12 +18,14 @@ import pytest
 import seal_attacks_data as hostile
 import torch
 
-from decpriv import api, declarations, plain
+from decpriv import api
 from decpriv.attacks.audit.attack import refuse_nonfinite
 from decpriv.attacks.audit.reconcile import exceeds, refused_note
 from decpriv.attacks.inversion.scoring import image_summary, score_batches
 from decpriv.attacks.p2p.null import statistics
-from decpriv.seal import NotPlainResult
+from decpriv.config import declarations
+from decpriv.seal import plain
+from decpriv.seal.process import NotPlainResult
 
 SMALL = ["protocol.rounds=3", "seed=3"]
 
@@ -213,7 +215,7 @@ def test_declarations_round_trip_as_data(cache):
     """Every kind of annotation decpriv's plugins declare comes back equal from the JSON record."""
     from typing import Annotated, Any, Literal
 
-    from decpriv.config_types import Range
+    from decpriv.config.types import Range
 
     kinds = {
         "lr": Annotated[float, Range(gt=0, what="the learning rate", eg=0.1)],

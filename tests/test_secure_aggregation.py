@@ -12,7 +12,7 @@ from decpriv.api import compose_config
 from decpriv.defenses.masking import Groups, Ring, pairwise_masked_sum
 from decpriv.errors import ConfigError
 from decpriv.experiment import build, simulate
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 # Fig. 10 shape: victim 0, Sybils 1 (hears 0, 3, 4) and 2 (hears 3, 4); 5 and 6 close the graph.
 FIG10_EDGES = "0 1\n1 2\n1 3\n1 4\n2 3\n2 4\n0 5\n5 6\n3 6\n4 5\n"

@@ -6,10 +6,10 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 
-from decpriv.config_types import checked
+from decpriv.config.types import checked
 from decpriv.errors import ConfigError, bad_value
 from decpriv.graphs.network import Network
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,7 +4,7 @@
 Both hold public knowledge (graph, W, model architecture, the protocol's declared hyperparameters, data
 facts), the adversary's own nodes and data, and random streams named ``attack.*``; the View adds the
 messages the adversary recorded and the attack's plan. Private data of honest nodes, true gradients and
-membership labels live in :class:`decpriv.truth.Truth`, which attacks never receive.
+membership labels live in :class:`decpriv.seal.truth.Truth`, which attacks never receive.
 """
 
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.recorder import Transcript
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
-from decpriv.rng import ScopedSeeds
+from decpriv.random.streams import ScopedSeeds
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,8 +6,8 @@ adversary, its own nodes' data, the data's public facts, the protocol's declared
 named ``attack.*``) and the :class:`~decpriv.adversary.view.View` after it; what ``prepare`` decides is its
 plan, handed back as ``view.plan`` (and to ``behaviour``), so ``run`` depends on nothing set on ``self``.
 ``prepare``, ``kept_links``, ``behaviour`` and ``run`` execute in the run's sealed process
-(:mod:`decpriv.seal`): an attack object must pickle, and what these methods return must be plain data
-(:mod:`decpriv.plain`: numbers, strings, containers, numpy arrays, torch tensors, pandas frames, decpriv's
+(:mod:`decpriv.seal.process`): an attack object must pickle, and what these methods return must be plain data
+(:mod:`decpriv.seal.plain`: numbers, strings, containers, numpy arrays, torch tensors, pandas frames, decpriv's
 own result types) to come back; a plan that is not stays in the sealed process, out of ``evaluate``'s reach.
 """
 
@@ -20,7 +20,7 @@ from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.view import AttackContext, View
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 class Attack(ABC):

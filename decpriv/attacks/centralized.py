@@ -41,13 +41,13 @@ from decpriv.attacks.inversion.scoring import (
     score_batches,
     undefined_words,
 )
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.protocols.fedavg import client_nodes
 from decpriv.protocols.pdmm_centralized import star_server
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 def fedsgd_leak(view: View, client: int, round_: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

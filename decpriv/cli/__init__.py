@@ -59,10 +59,10 @@ def _dispatch(argv: list[str], shown: Console) -> int:
     except SystemExit as stop:  # --help (0), or argparse's own refusal (2), already printed
         return int(stop.code or 0)
     if ns.command == "run":
-        from decpriv import zygote
+        from decpriv.seal import zygote
 
         _check_working_folder()  # before the zygote starts there
-        zygote.warm()  # the sealed attack's interpreter imports torch beside ours (decpriv/seal.py)
+        zygote.warm()  # the sealed attack's interpreter imports torch beside ours (decpriv/seal/process.py)
         from decpriv.cli.run import run_command
 
         return run_command(ns, argv[1:], shown)

@@ -47,9 +47,11 @@ def check_job(
 ) -> Any:
     """One job's whole build, no training. Returns the build kept for the run (``keep``), else the job's
     config digest when it resumes (its folder is then read to decide whether it must run), else None."""
-    from decpriv.validation import check_adversary_read, check_choices, check_unread, validate
+    from decpriv.config.validation import check_adversary_read, check_choices, check_unread, validate
 
-    validate(cfg, recorded_only=True)  # a bad value refused before torch loads (decpriv/declarations.py)
+    validate(
+        cfg, recorded_only=True
+    )  # a bad value refused before torch loads (decpriv/config/declarations.py)
     check_choices(cfg, choices)
     _torch_free_checks(cfg)
     from decpriv import experiment
@@ -188,7 +190,7 @@ def refuse_two_options(overrides: list[str]) -> None:
     both options' keys), which no plugin reads; a run has one option a group."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from decpriv.validation import PLUGIN_GROUPS
+    from decpriv.config.validation import PLUGIN_GROUPS
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -239,7 +241,7 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
 def refuse_visible_output(hydra: DictConfig, multirun: bool) -> None:
     """The run (or sweep) folder must not lie inside what the attack's sandbox binds (a folder of modules
     on the import path): refused now, before any folder exists."""
-    from decpriv import sandbox, zygote
+    from decpriv.seal import sandbox, zygote
 
     if zygote.seal_kind() != "bubblewrap":
         return

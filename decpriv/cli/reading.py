@@ -12,7 +12,7 @@ def list_command(ns: argparse.Namespace, console: Console) -> int:
     from decpriv.report.show import config_options, print_groups
 
     if ns.groups == ["sandbox"]:  # not a group: the attack process's limits (config.yaml's sandbox)
-        from decpriv.sandbox import described
+        from decpriv.seal.sandbox import described
 
         console.print(described(), highlight=False)
         return 0

@@ -19,9 +19,9 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 
 @dataclass(frozen=True, eq=False)

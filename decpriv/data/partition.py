@@ -10,9 +10,9 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
-from decpriv.rng import uniform
+from decpriv.random.streams import uniform
 
 PerNode = Annotated[int, Range(ge=1, what="the number of samples per node")] | None
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from decpriv.adversary.adversary import Adversary
     from decpriv.adversary.recorder import Recorder
     from decpriv.graphs.network import Network
-    from decpriv.rng import Seeds
+    from decpriv.random.streams import Seeds
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from typing import Annotated, Any
 
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Built, Defense, Mechanism
 from decpriv.defenses.dp import BatchSampler, Clip, Level, PrivacyUnit, Target, batch_sampler
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
+from decpriv.random import streams as rng
 
 NoiseStd = Annotated[float, Range(ge=0, what="a noise std", eg=10)] | None
 # sigma_cdp = cdp_excess * sigma_ldp / sqrt(n): at the CDP level itself infinite sigma_cor would be needed

@@ -26,11 +26,11 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
+from decpriv.random import streams as rng
 
 
 def clip_rows(g: torch.Tensor, clip: float) -> torch.Tensor:
@@ -39,7 +39,7 @@ def clip_rows(g: torch.Tensor, clip: float) -> torch.Tensor:
     return g * (clip / norms.clamp_min(1e-12)).clamp(max=1.0)
 
 
-# What the Gaussian defenses' keys accept (decpriv.config_types)
+# What the Gaussian defenses' keys accept (decpriv.config.types)
 Clip = Annotated[float, Range(gt=0, what="the clipping norm", eg=1.0)]
 Target = Annotated[float, Range(gt=0, what="a privacy target", eg=5)] | None
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.ckks import CkksParameters
 from decpriv.errors import bad_value

@@ -21,9 +21,9 @@ from typing import Annotated
 
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range
+from decpriv.config.types import Range
 from decpriv.errors import bad_value
+from decpriv.random import streams as rng
 
 # fractional bits of the fixed-point encoding: fewer lose the values, more leave no room in the ring
 Precision = Annotated[int, Range(ge=8, le=48, what="the number of fractional bits", eg=32)]

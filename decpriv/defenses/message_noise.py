@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense
+from decpriv.random import streams as rng
 
 
 @checked("defense")

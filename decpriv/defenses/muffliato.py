@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense, Mechanism
 from decpriv.defenses.dp import clip_rows
+from decpriv.random import streams as rng
 
 
 @checked("defense")

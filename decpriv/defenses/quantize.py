@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense
 
 

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import torch
 
 from decpriv.adversary.behaviour import Forgery
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses import robust_rules as rules
 from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.neighbourhoods import Neighbourhoods

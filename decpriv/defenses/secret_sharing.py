@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.masking import Precision, Ring
 from decpriv.errors import bad_value

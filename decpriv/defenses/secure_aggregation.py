@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import numpy as np
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Built, Defense, sent_to_server
 from decpriv.defenses.masking import Groups, MaskedSum, Precision, Ring, pairwise_masked_sum
 from decpriv.errors import bad_value
+from decpriv.random import streams as rng
 
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import torch
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense
 
 

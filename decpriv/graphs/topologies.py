@@ -14,7 +14,7 @@ from typing import Annotated
 import networkx as nx
 import numpy as np
 
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import ConfigError, bad_value
 
 MAX_TRIES = 100

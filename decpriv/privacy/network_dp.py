@@ -37,7 +37,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from scipy.sparse.csgraph import shortest_path  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value  # noqa: E402
 from decpriv.graphs.gossip_matrix import spectral_gap  # noqa: E402
 from decpriv.graphs.rational import rational_form  # noqa: E402

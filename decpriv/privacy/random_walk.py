@@ -23,7 +23,7 @@ import pandas as pd
 from scipy.sparse.csgraph import shortest_path
 
 from decpriv.built import Setup
-from decpriv.config_types import checked
+from decpriv.config.types import checked
 from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
 from decpriv.privacy.network_dp import distance_figure, loss_vs_distance

@@ -27,7 +27,7 @@ import pandas as pd
 from scipy.optimize import brentq
 
 from decpriv.built import Setup
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.data.sampling import Sampler, sampler_of
 from decpriv.errors import bad_value
 from decpriv.privacy.base import Accountant
@@ -49,7 +49,7 @@ def gradient_steps(setup: Setup) -> int:
     return protocol.rounds * getattr(protocol, "local_steps", 1)
 
 
-# What the accountants' keys accept (decpriv.config_types)
+# What the accountants' keys accept (decpriv.config.types)
 Delta = Annotated[float, Range(gt=0, lt=1, what="delta, a probability,", eg="1e-5")]
 RenyiOrder = Annotated[float, Range(gt=1, what="a Renyi order")]
 

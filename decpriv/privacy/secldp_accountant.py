@@ -30,7 +30,7 @@ from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 from scipy.optimize import brentq  # noqa: E402
 
 from decpriv.built import Setup  # noqa: E402
-from decpriv.config_types import checked
+from decpriv.config.types import checked
 from decpriv.defenses.decor import CdpExcess  # noqa: E402
 from decpriv.errors import ConfigError, bad_value  # noqa: E402
 from decpriv.privacy.base import Accountant  # noqa: E402

@@ -11,14 +11,14 @@ from rich.progress import Progress
 from decpriv.adversary.adversary import Adversary
 from decpriv.adversary.behaviour import Behaviour
 from decpriv.adversary.recorder import Recorder
-from decpriv.config_types import Range
+from decpriv.config.types import Range
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.errors import Diverged, bad_value
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
-from decpriv.rng import Seeds
+from decpriv.random.streams import Seeds
 
 
 @dataclass(eq=False)
@@ -119,7 +119,7 @@ class Protocol(ABC):
 
 MAX_COUNT = 10_000_000  # rounds, steps: 10^7 rounds of the smallest run already take hours
 
-# What protocols' keys accept (decpriv.config_types): declared once, checked before any build.
+# What protocols' keys accept (decpriv.config.types): declared once, checked before any build.
 Count = Annotated[int, Range(ge=1, le=MAX_COUNT, what="a count of rounds or steps")]
 EvalEvery = Annotated[int, Range(ge=1, le=MAX_COUNT, what="the evaluation interval (rounds)")] | None
 LearningRate = Annotated[float, Range(gt=0, what="the learning rate", eg=0.1)]

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from decpriv.adversary.behaviour import apply_forgery
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.defenses.base import Defense
 from decpriv.errors import bad_value

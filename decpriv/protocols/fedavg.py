@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.graphs.network import Network
@@ -35,6 +34,7 @@ from decpriv.protocols.base import (
     eval_rounds,
 )
 from decpriv.protocols.dsgd import check_batch_size
+from decpriv.random import streams as rng
 
 
 def client_nodes(network: Network) -> np.ndarray:

@@ -9,7 +9,7 @@ mean at rate (1 - gap)^k; with the row-stochastic ``uniform`` W they agree on a 
 import pandas as pd
 import torch
 
-from decpriv.config_types import checked
+from decpriv.config.types import checked
 from decpriv.metrics.training import consensus_distance
 from decpriv.protocols.base import Count, EvalEvery, Outcome, Precision, Protocol, Simulation, eval_rounds
 

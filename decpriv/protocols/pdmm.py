@@ -31,8 +31,7 @@ import pandas as pd
 import torch
 from torch.func import grad, hessian, vmap
 
-from decpriv import rng
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
@@ -41,6 +40,7 @@ from decpriv.models.functional import FunctionalModel
 from decpriv.protocols.base import MAX_COUNT, EvalEvery, Outcome, Precision, Protocol, Simulation, eval_rounds
 from decpriv.protocols.local_solve import Memory, Solve, lbfgs, newton, newton_cg
 from decpriv.protocols.pdmm_objective import InputSpan, Layout, LocalProblems
+from decpriv.random import streams as rng
 
 Rounds = Annotated[int, Range(ge=3, le=MAX_COUNT, what="PDMM's number of rounds")]
 Penalty = Annotated[float, Range(gt=0, what="the penalty rho", eg=0.4)]

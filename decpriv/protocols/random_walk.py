@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.config_types import checked
+from decpriv.config.types import checked
 from decpriv.data.datasets import Dataset
 from decpriv.graphs.network import Network
 from decpriv.metrics.training import Evaluator, summarise

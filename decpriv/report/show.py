@@ -210,7 +210,7 @@ def option_keys(group: str, option: str) -> list[str]:
     key accepts, read from its ``_target_``'s signature (``float > 0``, ``'sum' | 'mean'``)."""
     from hydra.utils import get_object
 
-    from decpriv.config_types import declared, describe
+    from decpriv.config.types import declared, describe
 
     node = _option_node(Path(str(resources.files("decpriv") / "conf")), group, option)
     try:
@@ -246,7 +246,7 @@ def print_groups(console: Console, only: list[str] | None = None) -> None:
         table.add_column(name, no_wrap=True, min_width=width)
     table.add_column("description", overflow="fold")
     last = None
-    from decpriv.validation import PLUGIN_GROUPS  # hydra's import, for `decpriv list GROUP` only
+    from decpriv.config.validation import PLUGIN_GROUPS  # hydra's import, for `decpriv list GROUP` only
 
     for group, option, text in rows:
         keys = option_keys(group, option.lstrip("*")) if group in PLUGIN_GROUPS else []

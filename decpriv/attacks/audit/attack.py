@@ -37,14 +37,14 @@ from decpriv.attacks.audit.reconcile import reconcile
 from decpriv.attacks.audit.subsampled import SampledTrials, canary_draw, learn_step_test
 from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense
 from decpriv.device import attack_device
 from decpriv.errors import bad_value
+from decpriv.random.streams import Seeds
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
-from decpriv.rng import Seeds
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 MEMORY = 2.5e8  # bytes of released values held at once (the trials run in chunks below it)
 LIMITS_PER_PAIR = 4  # FPR and FNR at the GDP threshold and at the (epsilon, delta) threshold

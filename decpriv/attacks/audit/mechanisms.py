@@ -15,13 +15,13 @@ import copy
 import numpy as np
 import torch
 
-from decpriv import rng
 from decpriv.adversary.recorder import Recorder
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
 from decpriv.defenses.dp import clip_rows
 from decpriv.protocols.base import Simulation
-from decpriv.rng import Seeds
+from decpriv.random import streams as rng
+from decpriv.random.streams import Seeds
 
 NOISE_KEYS = ("sigma", "sigma_cdp", "sigma_cor")
 PAIR_STREAM = "defense.decor_pairs"  # the stream DECOR binds for the pairs' shared seeds

@@ -21,8 +21,8 @@ import torch
 
 from decpriv.data.partition import LocalData
 from decpriv.defenses.base import Defense
-from decpriv.philox import PhiloxStream
-from decpriv.rng import Generator, Seeds, Streams
+from decpriv.random.philox import PhiloxStream
+from decpriv.random.streams import Generator, Seeds, Streams
 
 BLIND_SPOTS = (
     "the other nodes (the node with the largest sampling rate is audited), gossip's mixing (the observer "

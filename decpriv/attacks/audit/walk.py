@@ -12,9 +12,9 @@ paths and no Gaussian shift: only the assumption-free (epsilon, delta) bound is 
 import numpy as np
 import torch
 
-from decpriv import rng
 from decpriv.attacks.audit.mechanisms import Canary
-from decpriv.rng import Seeds
+from decpriv.random import streams as rng
+from decpriv.random.streams import Seeds
 
 
 class WalkTrials:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch.func import grad, grad_and_value, vmap
 
-from decpriv import rng
 from decpriv.attacks.inversion.costs import COSTS, total_variation
 from decpriv.attacks.inversion.graphs import graphed
 from decpriv.attacks.inversion.labels import candidate_labels, infer_labels
@@ -30,6 +29,7 @@ from decpriv.attacks.inversion.optimisers import adam, lbfgs
 from decpriv.device import attack_device
 from decpriv.errors import bad_value
 from decpriv.models.functional import FunctionalModel
+from decpriv.random import streams as rng
 from decpriv.report.progress import updates
 
 COST_NAMES = tuple(COSTS)

@@ -12,7 +12,7 @@ from decpriv.metrics import images
 from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr_text
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 @dataclass(frozen=True, eq=False)

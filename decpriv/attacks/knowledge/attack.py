@@ -22,7 +22,7 @@ from decpriv.metrics import images
 from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr, ssim
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 @dataclass(eq=False)

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv import rng
 from decpriv.adversary.behaviour import Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
@@ -24,10 +23,11 @@ from decpriv.attacks.p2p.neighbourhood import columns
 from decpriv.attacks.p2p.state_override import Override, override_targets
 from decpriv.errors import bad_value
 from decpriv.metrics.images import PSNR_CAP
+from decpriv.random import streams as rng
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 def trap_weights(

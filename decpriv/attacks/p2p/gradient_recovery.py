@@ -32,7 +32,7 @@ from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 @dataclass(eq=False)

@@ -32,17 +32,17 @@ from decpriv.attacks.p2p.neighbourhood import (
 from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
 from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
 from decpriv.attacks.p2p.scores import SCORES, Score
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
 from decpriv.errors import bad_value
 from decpriv.metrics.rates import hit_rate
 from decpriv.models.functional import FunctionalModel
+from decpriv.random.streams import Seeds
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import plt
-from decpriv.rng import Seeds
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 @dataclass(eq=False)

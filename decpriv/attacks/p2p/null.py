@@ -14,7 +14,7 @@ Conventions: a LOWER score means "member"; ``valid`` masks the padding of rows o
 import numpy as np
 import torch
 
-from decpriv import rng
+from decpriv.random import streams as rng
 
 FPRS = {"tpr_at_1pct_fpr": 0.01, "tpr_at_0.1pct_fpr": 0.001}
 STATISTICS = ("advantage", "auc", *FPRS)

@@ -23,7 +23,7 @@ from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 TARGETS = ("own", "zeros")
 CONTROLLED = 0.987  # a victim counts as held from this controlled fraction on (the paper's worst case)

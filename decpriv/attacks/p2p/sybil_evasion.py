@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv import rng
 from decpriv.adversary.adversary import SybilPair
 from decpriv.adversary.recorder import Transcript
 from decpriv.adversary.view import AttackContext, View
@@ -32,13 +31,14 @@ from decpriv.attacks.p2p.gradient_recovery import Recovered, check_single_sgd_st
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbourhood import updates
 from decpriv.attacks.p2p.scores import Score
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
+from decpriv.random import streams as rng
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
 from decpriv.report.plots import plt
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 EXACT = 1e-6  # relative error below which a recovery counts as exact (float64 runs)
 

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
-from decpriv import rng
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.inversion import InversionConfig, invert
@@ -50,9 +49,10 @@ from decpriv.attacks.pdmm.leak import (
 )
 from decpriv.errors import bad_value
 from decpriv.protocols.pdmm_objective import Layout, reduce_first_layer
+from decpriv.random import streams as rng
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,7 @@ from decpriv.errors import bad_value
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
 from decpriv.report.plots import metric_plot
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 
 def true_gradients(view: View, truth: Truth, points: torch.Tensor) -> torch.Tensor:

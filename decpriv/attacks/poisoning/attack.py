@@ -16,7 +16,7 @@ from decpriv.attacks.poisoning.scoring import scores
 from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 ACCURACY = Headline(
     "poisoned_test_accuracy", "clean_test_accuracy", "lower", "the same run without Byzantine nodes"

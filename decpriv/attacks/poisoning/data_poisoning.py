@@ -8,7 +8,7 @@ from decpriv.adversary.view import AttackContext, DataSpec
 from decpriv.attacks.poisoning.attack import ACCURACY, Poisoning
 from decpriv.attacks.poisoning.data_poisons import Backdoor, LabelFlip, Trigger
 from decpriv.attacks.poisoning.forgers import PoisonedTrainer
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.report.headline import Headline
 

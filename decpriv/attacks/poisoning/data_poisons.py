@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decpriv import rng
+from decpriv.random import streams as rng
 
 
 def chosen(y: torch.Tensor, fraction: float, generator: torch.Generator) -> torch.Tensor:

@@ -22,7 +22,7 @@ from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.poisoning.attack import Poisoning
 from decpriv.attacks.poisoning.forgers import honest_links
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.graphs.network import Network
 
 

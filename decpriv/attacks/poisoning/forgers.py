@@ -16,11 +16,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from decpriv import rng
 from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.attacks.poisoning import vectors
 from decpriv.graphs.network import Network
 from decpriv.models.functional import FunctionalModel
+from decpriv.random import streams as rng
 
 
 def honest_links(network: Network, attackers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

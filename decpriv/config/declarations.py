@@ -1,6 +1,6 @@
 """What each plugin's keys accept, kept between runs so that a bad value is refused before torch loads.
 
-:mod:`decpriv.validation` reads a key's declaration from the signature of the callable its ``_target_``
+:mod:`decpriv.config.validation` reads a key's declaration from the signature of the callable its ``_target_``
 names, which means importing the plugin's module, and with it torch (seconds). The declarations found
 are written here as JSON (``$XDG_CACHE_HOME/decpriv/declarations.json``) under a stamp of decpriv's
 sources (each module's path, size and modification time), so the next command line's check reads them
@@ -9,7 +9,7 @@ A stale or missing record only means the slow path: the plugin is imported and c
 
 The record is data, never code: the user's cache is writable by anything the user runs, so it is read
 as JSON and each annotation rebuilt from an allow-list of names (:data:`TYPES`; typing's Literal, Union,
-Annotated, generic aliases, :class:`~decpriv.config_types.Range`), nothing imported or called by name.
+Annotated, generic aliases, :class:`~decpriv.config.types.Range`), nothing imported or called by name.
 A record that does not read so is refused in one warning and rebuilt. (An older decpriv's
 ``declarations.pickle`` is never read.)
 """
@@ -27,7 +27,7 @@ from functools import cache, reduce
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from decpriv.config_types import Range
+from decpriv.config.types import Range
 
 SOURCES = Path(__file__).parent
 

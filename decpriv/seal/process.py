@@ -1,17 +1,17 @@
 """The sealed attack process: an attack's code runs where the truth does not exist.
 
 For each run (and for the precheck's ``prepare``) the pipeline (:mod:`decpriv.experiment`) has the zygote
-(:mod:`decpriv.zygote`, a clean interpreter started once) fork a session, and hands it over a socket,
+(:mod:`decpriv.seal.zygote`, a clean interpreter started once) fork a session, and hands it over a socket,
 pickled: the attack as it was built from its config (before any of its methods ran), then the
 :class:`~decpriv.adversary.view.AttackContext`, the per-round observations of an active behaviour and the
-:class:`~decpriv.adversary.view.View`. The child gets no root seed (its :class:`~decpriv.rng.ScopedSeeds`
+:class:`~decpriv.adversary.view.View`. The child gets no root seed (its :class:`~decpriv.random.streams.ScopedSeeds`
 asks the pipeline for each ``attack.*`` stream), no config, no run folder, no command line of ours and an
-environment reduced to :data:`decpriv.zygote.KEPT_ENV`; the simulation, the data set and
-:class:`~decpriv.truth.Truth` live in the pipeline's process only. What comes back is data, never code:
-the child answers in primitives and the pipeline builds plain values from them (:mod:`decpriv.plain`),
+environment reduced to :data:`decpriv.seal.zygote.KEPT_ENV`; the simulation, the data set and
+:class:`~decpriv.seal.truth.Truth` live in the pipeline's process only. What comes back is data, never code:
+the child answers in primitives and the pipeline builds plain values from them (:mod:`decpriv.seal.plain`),
 warnings and errors as built-in types. A declared oracle (``attack.oracle=true``) is the one way the
 truth crosses, put in the View by the pipeline itself. Under the namespace seal the child also sees no
-other process and no run folder, and its whole tree ends with the session (:mod:`decpriv.zygote`).
+other process and no run folder, and its whole tree ends with the session (:mod:`decpriv.seal.zygote`).
 
 What it does not close (docs/ARCHITECTURE.md, "The seal"): the root seed, which the attacker's own data
 and its stream seeds fingerprint; code the pipeline itself runs (the attack module's import, ``evaluate``);
@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from decpriv import plain, rng, sandbox, zygote
 from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.device import set_attack_device
 from decpriv.errors import ConfigError
+from decpriv.random import streams as rng
+from decpriv.seal import plain, sandbox, zygote
 
-THEIRS = "decpriv.seal: the plan the sealed process's prepare returned"
+THEIRS = "decpriv.seal.process: the plan the sealed process's prepare returned"
 PROCESS_SEAL = (
     "the attack runs under the process seal ({why}): the truth stays out of its process, but it can read "
     "and write what this user can, reach the network and this terminal, and see other processes "
@@ -79,7 +80,7 @@ class Sealed:
     """The pipeline's handle on one run's sealed attack process: the :class:`~decpriv.attacks.base.Attack`
     methods that see only the adversary's knowledge (``prepare``, ``kept_links``, ``behaviour``, ``run``),
     each run over there. ``streams`` answers the process's ``attack.*`` stream names. What comes back is
-    read as plain data (:mod:`decpriv.plain`); anything else fails the run, naming the attack and the type."""
+    read as plain data (:mod:`decpriv.seal.plain`); anything else fails the run, naming the attack and the type."""
 
     def __init__(
         self,
@@ -344,7 +345,7 @@ def _serve(attack: Any, state: dict[str, Any], method: str, args: tuple) -> Any:
 
 def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple) -> None:
     """Serve one call; send back its result, or its error as (type name, text, traceback), with the
-    warnings it raised as (category name, text): data only (:mod:`decpriv.plain`)."""
+    warnings it raised as (category name, text): data only (:mod:`decpriv.seal.plain`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -362,7 +363,7 @@ def _answer(reply, attack: Any, state: dict[str, Any], method: str, args: tuple)
 
 
 def _hint(error: Exception) -> str:
-    """An error that a limit of the child's own (:class:`decpriv.sandbox.Limits`) may have caused names
+    """An error that a limit of the child's own (:class:`decpriv.seal.sandbox.Limits`) may have caused names
     it: out of memory (Python's or torch's allocator), a process that could not start."""
     if not LIMITS:
         return ""
@@ -435,7 +436,7 @@ def usable(device: str) -> tuple[str, str]:
             return "cpu", f"{type(error).__name__}: {error}" + (f" ({said})" if said else "")
 
 
-if __name__ == "__main__":  # the zygote's command (decpriv/zygote.py)
+if __name__ == "__main__":  # the zygote's command (decpriv/seal/zygote.py)
     import decpriv.attacks.base  # noqa: F401  (what every attack, context and view unpickles)
     import decpriv.report.findings  # noqa: F401
 

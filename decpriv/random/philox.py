@@ -66,8 +66,8 @@ def philox_rounds(counter: torch.Tensor, key: tuple[int, int], rounds: int) -> t
 
 
 class PhiloxStream:
-    """A named stream (:meth:`decpriv.rng.Streams.counter`) drawn by Philox4x32-10 on the device that
-    consumes it; :func:`decpriv.rng.normal` and :func:`decpriv.rng.uniform` accept it beside a CPU
+    """A named stream (:meth:`decpriv.random.streams.Streams.counter`) drawn by Philox4x32-10 on the device that
+    consumes it; :func:`decpriv.random.streams.normal` and :func:`decpriv.random.streams.uniform` accept it beside a CPU
     ``torch.Generator``.
 
     The counter of a draw's element is (row, draw, block): ``row`` the element's index along the draw's
@@ -75,7 +75,7 @@ class PhiloxStream:
     before (word 2), ``block`` which four words of that row (word 3). A row's numbers therefore depend on
     its global index and the sequence of draws only: drawing trials 0-999 in one chunk or in two of 500
     (``first_row`` 0 and 500) gives every trial the same numbers. The key is the stream's 63-bit seed
-    (:func:`decpriv.rng.derive_seed`), so streams stay independent by name.
+    (:func:`decpriv.random.streams.derive_seed`), so streams stay independent by name.
     """
 
     def __init__(self, seed: int, first_row: int = 0):

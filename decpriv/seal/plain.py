@@ -2,7 +2,7 @@
 
 The sealed side turns a result into a tree of primitives (:func:`flatten`): numbers, strings, bytes and
 tuples/lists of them, each value tagged with its kind (a tensor is its dtype, shape, device and bytes).
-The pipeline reads that tree with a budget (:mod:`decpriv.primitives`: opcodes for primitives only, so no
+The pipeline reads that tree with a budget (:mod:`decpriv.seal.primitives`: opcodes for primitives only, so no
 class or function is ever looked up and reading runs no code; the tree as it will be walked, shared parts
 counted at each use, bounded in parts, depth and bytes), then builds from it only plain
 data (:func:`build`): numbers, strings, containers, numpy arrays, torch tensors of the base class (on the
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.primitives import NotPlain, read_tree
+from decpriv.seal.primitives import NotPlain, read_tree
 
 PRIMITIVE = (type(None), bool, int, float, str, bytes)
 CONTAINERS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}

@@ -5,7 +5,7 @@ A plugin states the type and the allowed values of a key in its annotation::
     def __init__(self, lr: Annotated[float, Range(gt=0, what="the learning rate", eg=0.1)] = 0.1,
                  dtype: Literal["float32", "float64"] = "float32"): ...
 
-That one declaration is the check (:mod:`decpriv.validation` refuses a bad value before anything is
+That one declaration is the check (:mod:`decpriv.config.validation` refuses a bad value before anything is
 built; :func:`checked` refuses it when the plugin is called from Python), the refusal sentence
 (key, value, why, fix: :func:`refusal`) and the key's documentation (``decpriv list GROUP``:
 :func:`describe`). Checks that relate two keys, or a key to the data or the graph, stay in the plugin.

@@ -1,5 +1,5 @@
 """Ground truth of a run, for scoring only: built after the attack ran, in the pipeline's process; the
-attack's own code runs in a sealed process where it does not exist (decpriv/seal.py), except under a
+attack's own code runs in a sealed process where it does not exist (decpriv/seal/process.py), except under a
 declared ``attack.oracle=true``."""
 
 from dataclasses import dataclass, field

@@ -8,7 +8,7 @@ below: drawn on the CPU, then moved to the device that consumes it. CUDA's gener
 CPU's (Mersenne twister) give other numbers for one seed, so a draw made on the device would make the
 same config and seed give other tables on a GPU (docs/simulation.md, "Same numbers on any device").
 
-A stream may instead be counter-based (:meth:`Streams.counter`, :class:`decpriv.philox.PhiloxStream`):
+A stream may instead be counter-based (:meth:`Streams.counter`, :class:`decpriv.random.philox.PhiloxStream`):
 drawn on the device itself, the same integers and uniforms there as on the CPU, its normals to the
 last bit of the device's log and cos. The audit's trials draw from it (docs/speed.md).
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from decpriv.philox import PhiloxStream
+from decpriv.random.philox import PhiloxStream
 
 
 def derive_seed(root: int, name: str) -> int:
@@ -63,7 +63,7 @@ class ScopedSeeds(Streams):
     """The streams whose names start with ``prefix`` only: an attack gets ``attack.*``, never the streams
     of the defense's noise or of the data. It holds no root seed: ``source`` (a callable of the process
     that holds the root) answers each name. Pickled, it carries its prefix only; in the sealed attack
-    process (:mod:`decpriv.seal`) the pipeline answers each name over the process's channel, so
+    process (:mod:`decpriv.seal.process`) the pipeline answers each name over the process's channel, so
     the root seed never enters the attack's process and the same names give the same numbers there."""
 
     def __init__(self, source: Callable[[str], int], prefix: str = "attack."):

@@ -1,8 +1,8 @@
-"""The zygote of the sealed attack processes (decpriv/seal.py): a clean Python process that only forks.
+"""The zygote of the sealed attack processes (decpriv/seal/process.py): a clean Python process that only forks.
 
 Started once per decpriv process (by ``decpriv run`` first thing, or at the first sealed attack), from
 this process but with no arguments of ours, an empty working directory and an environment reduced to
-:data:`KEPT_ENV`, inside the sandbox of :mod:`decpriv.sandbox` (bubblewrap); it imports torch and the
+:data:`KEPT_ENV`, inside the sandbox of :mod:`decpriv.seal.sandbox` (bubblewrap); it imports torch and the
 attack interface, then, for each message of its control socket, imports the attack's module it names
 and, when a session socket came with it, forks a warden that forks the session's child. It never receives
 anything but module names, the session's limits and sockets, so each child starts from an interpreter
@@ -27,7 +27,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import IO, NoReturn
 
-from decpriv import sandbox
+from decpriv.seal import sandbox
 
 # what the process keeps of the environment: the search path of programs, the locale, the thread counts
 # and the accelerator's selection (a config override or the run folder never travel in these)
@@ -64,7 +64,7 @@ def child_environment(seal: str) -> dict[str, str]:
 
 class Zygote:
     """A clean process that only forks (:func:`serve`), in the sandbox ``seal`` names: ``bubblewrap``
-    (:mod:`decpriv.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; ``scratch_mib`` the size of
+    (:mod:`decpriv.seal.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; ``scratch_mib`` the size of
     its /tmp and /dev/shm) or ``process`` (where bubblewrap cannot run: this process made non-dumpable,
     the child's rlimits and filter alone)."""
 
@@ -73,8 +73,8 @@ class Zygote:
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._folder = tempfile.TemporaryDirectory(prefix="decpriv-attack-")
         self.seal = seal_kind()
-        # the command imports torch and the attack interface (decpriv/seal.py), then serves
-        command = [sys.executable, "-m", "decpriv.seal", str(theirs.fileno()), self.seal]
+        # the command imports torch and the attack interface (decpriv/seal/process.py), then serves
+        command = [sys.executable, "-m", "decpriv.seal.process", str(theirs.fileno()), self.seal]
         fds = [theirs.fileno()]
         if self.seal == "bubblewrap":
             filter_fd = sandbox.seccomp_file()

@@ -2,14 +2,14 @@
 code nor make the pipeline spin or grow.
 
 The sealed side writes a tree of None, booleans, numbers, strings, bytes, lists and tuples
-(:func:`decpriv.plain.flatten`, pickle protocol 5). :func:`read_tree` reads exactly that and nothing
+(:func:`decpriv.seal.plain.flatten`, pickle protocol 5). :func:`read_tree` reads exactly that and nothing
 else: a small machine over the opcodes that make those values (:data:`OPCODES`); an opcode naming a
 global, a persistent id, a dict, a set or an object is refused, so no class or function is ever looked
 up. Python's own unpickler is not used: a memo index of 2**31 in its 5-byte ``LONG_BINPUT`` makes it
 zero a 34 GB array, and a declared length of gigabytes is allocated before the bytes arrive.
 
 The budget (:data:`MAX_NODES`, :data:`MAX_DEPTH`, :func:`max_bytes`) bounds the tree as
-:func:`decpriv.plain.build` will walk it, where a part referenced twice (a memo GET, a DUP) is walked,
+:func:`decpriv.seal.plain.build` will walk it, where a part referenced twice (a memo GET, a DUP) is walked,
 and counted, twice: 270 bytes whose memo makes each level a tuple holding the previous one twice stand
 for 2**100 values, refused in microseconds. Bytes are read in chunks as they arrive, so a declared length
 costs nothing until it is sent, and never more than the budget.
