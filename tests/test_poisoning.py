@@ -69,6 +69,7 @@ def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
     z_max = Phi^-1((3 - 1) / 3) = 0.4307 (Baruch et al. 2019, Alg. 3)."""
     summary = poisoned("attack=alie", "protocol.rounds=2")
     assert summary["alie_z"] == pytest.approx(0.430727, abs=1e-6)
+    assert summary["alie_z_rule"].startswith("Baruch et al.")
     assert summary["poisoning_knowledge"] == "neighbours"
 
 
@@ -116,3 +117,11 @@ def test_preset_clippedgossip_ring_sign_flip_over_seeds(cli, tmp_path):
     assert (drops["clipped_gossip"] < 0.05).all(), drops
     for rule in ("clipped_gossip", "centred_clipping", "median"):
         assert (drops[rule] < drops["none"] / 2).all(), drops
+
+
+def test_defense_none_is_recorded_as_none():
+    """summary.csv's defense column names the option chosen: ``none``, not its class ``Defense``."""
+    from decpriv.api import compose_config
+
+    cfg, choices = compose_config(["attack=sign_flip", "defense=none"])[:2]
+    assert experiment.flatten_config(cfg, choices)["defense"] == "none"

@@ -1,6 +1,7 @@
 """Byzantine-robust aggregation as defenses: each node combines the messages it received from its closed
 neighbourhood with a robust rule (:mod:`decpriv.defenses.robust_rules`) instead of the gossip average
-W x, all nodes at once on the stacked neighbourhoods (:mod:`decpriv.defenses.neighbourhoods`); an active
+W x, on blocks of receivers grouped by neighbourhood size (:mod:`decpriv.defenses.neighbourhoods`: memory
+by edges, no loop over nodes); an active
 attack's forged messages reach the rule on their own edges (:meth:`RobustAggregation.receive`). Under
 FedAvg/FedSGD the server aggregates the round's updates with the rule (:meth:`RobustAggregation.federate`).
 
@@ -22,7 +23,7 @@ from decpriv.adversary.behaviour import Forgery
 from decpriv.config.types import Range, checked
 from decpriv.defenses import robust_rules as rules
 from decpriv.defenses.base import Built, Defense, sent_to_server
-from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.neighbourhoods import Inbox, Neighbourhoods
 from decpriv.errors import bad_value
 
 FEDERATED = ("fedavg", "fedsgd")
@@ -50,7 +51,7 @@ class RobustAggregation(Defense):
     robust = True
 
     def __init__(self):
-        self._hood: tuple[tuple, Neighbourhoods] | None = None
+        self._hood: tuple[tuple, Inbox] | None = None
         self.federated = False
 
     def bind(self, setup: Built) -> None:
@@ -96,19 +97,21 @@ class RobustAggregation(Defense):
                 "rule's tolerance",
             )
 
-    def neighbourhoods(self, W: torch.Tensor) -> Neighbourhoods:
-        """The stacked neighbourhoods of W, built once per run (W is the same tensor every round)."""
+    def neighbourhoods(self, W: torch.Tensor) -> Inbox:
+        """The neighbourhoods of W, built once per run (W is the same tensor every round)."""
         key = (W.data_ptr() if W.layout == torch.strided else W.values().data_ptr(), W.shape, W.device)
         if self._hood is None or self._hood[0] != key:
-            self._hood = (key, Neighbourhoods.of(W))
+            self._hood = (key, Inbox.of(W))
         return self._hood[1]
 
     def aggregate(self, W: torch.Tensor, messages: torch.Tensor) -> torch.Tensor:
         return self.receive(W, messages, None)
 
     def receive(self, W: torch.Tensor, messages: torch.Tensor, forgery: Forgery | None) -> torch.Tensor:
-        hood = self.neighbourhoods(W)
-        return self.rule(hood.received(messages, forgery), hood, messages)
+        out = torch.empty_like(messages)
+        for block, x in self.neighbourhoods(W).blocks(messages, forgery):
+            out[block.nodes] = self.rule(x, block, messages[block.nodes])
+        return out
 
     def federate(
         self,
@@ -125,6 +128,7 @@ class RobustAggregation(Defense):
         recorder.record(round_, 0, sent_to_server(updates, chosen, held))
         w = weights[chosen].to(updates.dtype)
         server = Neighbourhoods(
+            nodes=torch.zeros(1, dtype=torch.long, device=updates.device),
             index=chosen[None],
             valid=torch.ones(1, len(chosen), dtype=torch.bool, device=updates.device),
             weight=(w / w.sum())[None],
