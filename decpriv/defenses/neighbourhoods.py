@@ -139,7 +139,7 @@ class Inbox:
         step = max(1, block_bytes(messages.device) // max(per_row, 1))
         for lo in range(0, len(group.nodes), step):  # blocks of rows, not nodes
             block = group.rows(lo, lo + step)
-            x = messages[block.index]
+            x = messages.index_select(0, block.index.flatten()).view(*block.index.shape, -1)
             if rows is not None and len(rows):
                 a, b = torch.searchsorted(rows, torch.tensor([lo, lo + step], device=rows.device)).tolist()
                 x[rows[a:b] - lo, slots[a:b]] = forged[a:b]
