@@ -16,7 +16,6 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from decpriv.defenses.norm_bounding import NormBounding  # noqa: E402
