@@ -146,3 +146,28 @@ def test_poisoning_grid_reproduces(cli, tmp_path):
     assert (backdoor.loc["none"] > 0.1).all() and (backdoor.loc["centred_clipping"] > 0.1).all()  # >= 0.167
     assert (backdoor.loc["median"] < 0.05).all()  # 0.004-0.020
     assert (backdoor.loc["clipped_gossip"] < backdoor.loc["none"] / 2).all()  # 0.033-0.137 vs 0.191-0.542
+
+
+@pytest.mark.parametrize(
+    "overrides, z, rule",
+    [
+        (
+            ("adversary.nodes=[0,2]",),
+            0.430727,
+            "Baruch",
+        ),  # was StatisticsError: node 1 hears 2 of 3 Byzantine
+        (("topology=complete",), 1.5, "ByzFL"),  # was 0: one Byzantine of 16 senders, z_max = Phi^-1(1/2)
+        (("topology=star", "adversary.nodes=[0]"), 1.5, "ByzFL"),  # the hub beside each leaf (2 senders)
+    ],
+)
+def test_alie_default_z_from_the_command_line_is_never_zero_or_an_error(overrides, z, rule):
+    summary = poisoned("attack=alie", "protocol.rounds=2", *overrides)
+    assert summary["alie_z"] == pytest.approx(z, abs=1e-6) and summary["alie_z_rule"].startswith(rule)
+    assert f"z = {z:.3f}" in summary["verdict"]
+
+
+def test_norm_bounding_runs_from_the_command_line():
+    summary = poisoned("attack=backdoor", "defense=norm_bounding", "protocol.rounds=3")
+    assert 0 <= summary["poisoned_backdoor_success"] <= 1 and summary["accuracy_drop"] == pytest.approx(
+        summary["clean_test_accuracy"] - summary["poisoned_test_accuracy"]
+    )

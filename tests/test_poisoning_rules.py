@@ -159,3 +159,41 @@ def test_fedavg_centred_clipping_is_centred_on_the_global_model():
     pulled = updates - held
     pulled = pulled * (0.3 / pulled.norm(dim=1, keepdim=True)).clamp(max=1.0)
     np.testing.assert_allclose(got.numpy(), (held + pulled.mean(0)).numpy(), rtol=1e-12)
+
+
+def test_norm_bounding_without_noise_is_fixed_radius_clipped_gossip():
+    from decpriv.defenses.norm_bounding import NormBounding
+
+    W = ring(6)
+    msgs = torch.as_tensor(np.random.default_rng(1).normal(size=(6, 3)))
+    got = NormBounding(bound=0.4, sigma=0.0).receive(W, msgs, None)
+    np.testing.assert_allclose(
+        got.numpy(), SelfCentredClipping(tau=0.4).aggregate(W, msgs).numpy(), rtol=1e-12
+    )
+
+
+def test_norm_bounding_by_hand_and_its_noise():
+    """Node 1 of a ring hears 0 (at +10 e1), itself and 2 (at 0), weights 1/3: bounded to norm 1, it moves
+    by e1 / 3. With sigma the step adds N(0, sigma^2) per coordinate (std within 3% over 6000 draws)."""
+    from decpriv.defenses.norm_bounding import NormBounding
+
+    msgs = torch.zeros(6, 2, dtype=torch.float64)
+    msgs[0, 0] = 10.0
+    assert NormBounding(bound=1.0, sigma=0.0).receive(ring(6), msgs, None)[1].tolist() == pytest.approx(
+        [1 / 3, 0]
+    )
+    noisy = NormBounding(bound=1.0, sigma=0.5)
+    noisy._noise = torch.Generator().manual_seed(0)  # bind's stream: defense.norm_bounding
+    wide = torch.zeros(6, 1000, dtype=torch.float64)
+    spread = noisy.receive(ring(6), wide, None).std().item()
+    assert spread == pytest.approx(0.5, rel=0.03)
+
+
+def test_a_neighbourhood_over_the_memory_bound_is_refused_in_a_sentence():
+    from decpriv.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="a node hears 40000 senders.*24.4 GB.*at most 15891 senders"):
+        Krum(f=1).check_memory(40_000, 1000, 4)
+    CoordinateMedian().check_memory(10_000, 1000, 4)  # a star of 10^4 at p = 1000: 160 MB
+    with pytest.raises(ConfigError, match="at most 268435 senders"):  # 4 x 2^30 / (4 x 1000 x 4)
+        CoordinateMedian().check_memory(10**6, 1000, 4)
