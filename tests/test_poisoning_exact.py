@@ -162,3 +162,24 @@ def _row(senders, valid):
     return Neighbourhoods(
         torch.zeros(1, dtype=torch.long), senders[None], valid, valid.double(), valid.sum(1)
     )
+
+
+def test_forgeries_land_in_their_block(monkeypatch):
+    """One row per block (a 1-byte budget): forged messages to nodes 1, 3 and 5 of a ring, from 0, 2 and 4,
+    land on their edges in their own blocks, as in one block of every row."""
+    from decpriv.adversary.behaviour import Forgery
+    from decpriv.defenses import neighbourhoods
+
+    W = torch.as_tensor(metropolis_hastings(nx.cycle_graph(6)).toarray())
+    x = torch.randn(6, 4, dtype=torch.float64)
+    forged = Forgery(np.array([0, 2, 4]), np.array([1, 3, 5]), torch.randn(3, 4, dtype=torch.float64) * 100)
+    whole = CoordinateMedian().receive(W, x, forged)
+    monkeypatch.setattr(neighbourhoods, "CPU_BLOCK_BYTES", 1)
+    inbox = Inbox.of(W)
+    assert len(list(inbox.blocks(x))) == 6
+    rows = CoordinateMedian().receive(W, x, forged)
+    assert torch.equal(whole, rows)
+    for v, sender, value in zip([1, 3, 5], [0, 2, 4], forged.values, strict=True):
+        block = next(x_ for b, x_ in inbox.blocks(x, forged) if int(b.nodes[0]) == v)
+        slot = int(torch.nonzero(inbox.groups[0].index[v] == sender))
+        assert torch.equal(block[0, slot], value)

@@ -134,7 +134,7 @@ class Inbox:
             here = self.group_of[edge] == g
             order = torch.argsort(self.row_of[edge[here]])
             rows, slots = self.row_of[edge[here]][order], self.slot_of[edge[here]][order]
-            forged = forgery.values.to(messages.device, messages.dtype)[here.to(forgery.values.device)][order]
+            forged = forgery.values.to(messages.device, messages.dtype)[here][order]
         per_row = group.index.shape[1] * messages.shape[1] * messages.element_size()
         step = max(1, block_bytes(messages.device) // max(per_row, 1))
         for lo in range(0, len(group.nodes), step):  # blocks of rows, not nodes
