@@ -100,11 +100,6 @@ class Inbox:
             groups.append(Neighbourhoods(nodes, index, valid, weight, size[nodes]))
         return cls(n, tuple(groups), rows * n + cols, group_of_node[rows], row_of_node[rows], slot)
 
-    @property
-    def width(self) -> int:
-        """The widest neighbourhood."""
-        return max(g.index.shape[1] for g in self.groups)
-
     def locate(self, receivers: np.ndarray, senders: np.ndarray) -> torch.Tensor:
         """The edge number of each directed edge sender -> receiver (each must be an edge of W)."""
         dev = self.keys.device
@@ -121,16 +116,17 @@ class Inbox:
     ) -> Iterator[tuple[Neighbourhoods, torch.Tensor]]:
         """Blocks of receivers with the (rows, M, p) messages they received (their own in their own slot;
         a forged message in its edge's slot)."""
+        edge = None if forgery is None else self.locate(forgery.receivers, forgery.senders)
         for g in range(len(self.groups)):
-            yield from self.group_blocks(g, messages, forgery)
+            yield from self.group_blocks(g, messages, forgery, edge)
 
     def group_blocks(
-        self, g: int, messages: torch.Tensor, forgery: Forgery | None
+        self, g: int, messages: torch.Tensor, forgery: Forgery | None, edge: torch.Tensor | None
     ) -> Iterator[tuple[Neighbourhoods, torch.Tensor]]:
+        """The blocks of group g; ``edge`` the forged messages' edges (:meth:`locate`)."""
         group = self.groups[g]
         rows = slots = forged = None
-        if forgery is not None:
-            edge = self.locate(forgery.receivers, forgery.senders)
+        if forgery is not None and edge is not None:
             here = self.group_of[edge] == g
             order = torch.argsort(self.row_of[edge[here]])
             rows, slots = self.row_of[edge[here]][order], self.slot_of[edge[here]][order]
@@ -147,7 +143,8 @@ class Inbox:
 
     def received(self, messages: torch.Tensor, forgery: Forgery | None = None) -> list[torch.Tensor]:
         """Each group's (b, M, p) received messages whole (tests, and small graphs)."""
+        edge = None if forgery is None else self.locate(forgery.receivers, forgery.senders)
         return [
-            torch.cat([x for _, x in self.group_blocks(g, messages, forgery)])
+            torch.cat([x for _, x in self.group_blocks(g, messages, forgery, edge)])
             for g in range(len(self.groups))
         ]
