@@ -9,16 +9,14 @@ process, its peak RSS. Run: ``make bench`` or ``.venv/bin/python -m benchmarks p
 """
 
 import multiprocessing
-import os
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import networkx as nx
+import torch
+from threadpoolctl import threadpool_limits
 
-import networkx as nx  # noqa: E402
-import torch  # noqa: E402
-
-from decpriv.defenses.norm_bounding import NormBounding  # noqa: E402
-from decpriv.defenses.robust import (  # noqa: E402
+from decpriv.defenses.norm_bounding import NormBounding
+from decpriv.defenses.robust import (
     CentredClipping,
     ClippedGossip,
     CoordinateMedian,
@@ -26,7 +24,7 @@ from decpriv.defenses.robust import (  # noqa: E402
     MultiKrum,
     TrimmedMean,
 )
-from decpriv.graphs.gossip_matrix import metropolis_hastings  # noqa: E402
+from decpriv.graphs.gossip_matrix import metropolis_hastings
 
 P, F = 1000, 1
 
@@ -149,12 +147,19 @@ def memory_table() -> None:
 
 
 def main(tables=("rules", "memory")) -> None:
+    """One thread for torch and for BLAS (threadpoolctl: numpy is loaded before this module under
+    ``make bench``), given back to the next benchmark after."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    if "rules" in tables:
-        for n in (10_000, 1000):
-            rule_table(n)
-    if "memory" in tables:
-        memory_table()
+    try:
+        with threadpool_limits(1):
+            if "rules" in tables:
+                for n in (10_000, 1000):
+                    rule_table(n)
+            if "memory" in tables:
+                memory_table()
+    finally:
+        torch.set_num_threads(threads)
 
 
 if __name__ == "__main__":
