@@ -16,14 +16,14 @@ import torch
 from decpriv import experiment
 from decpriv.api import compose_config
 from decpriv.defenses import robust_rules as rules
-from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.neighbourhoods import Inbox
 from decpriv.graphs.gossip_matrix import metropolis_hastings
 
 N, DEGREE, P, F = 1000, 8, 650, 1
 
 
-def decpriv_rules(hood: Neighbourhoods, x: torch.Tensor) -> dict:
-    received, valid = hood.received(x), hood.valid
+def decpriv_rules(hood: Inbox, x: torch.Tensor) -> dict:
+    (received,), valid = hood.received(x), hood.groups[0].valid  # a regular graph: one group
     trim = torch.full((len(x),), F)
     zero = torch.zeros_like(x)
     return {
@@ -35,10 +35,11 @@ def decpriv_rules(hood: Neighbourhoods, x: torch.Tensor) -> dict:
     }
 
 
-def byzfl_rules(hood: Neighbourhoods, x: torch.Tensor) -> dict:
+def byzfl_rules(hood: Inbox, x: torch.Tensor) -> dict:
     import byzfl
 
-    rows = [x[hood.index[v][hood.valid[v]]] for v in range(len(x))]
+    (group,) = hood.groups  # its rows are the nodes in order
+    rows = [x[group.index[v][group.valid[v]]] for v in range(len(x))]
     made = {
         "median": byzfl.Median,
         "trimmed_mean": lambda: byzfl.TrMean(f=F),
@@ -62,7 +63,7 @@ def best(fn, repeats: int = 3) -> tuple[float, torch.Tensor]:
 def rule_table() -> None:
     graph = nx.random_regular_graph(DEGREE, N, seed=0)
     W = torch.as_tensor(metropolis_hastings(graph).toarray()).to_sparse_csr()
-    hood = Neighbourhoods.of(W)
+    hood = Inbox.of(W)
     x = torch.as_tensor(np.random.default_rng(0).normal(size=(N, P)), dtype=torch.float32)
     ours, theirs = decpriv_rules(hood, x), byzfl_rules(hood, x)
     print(f"n={N} nodes, {DEGREE + 1} senders each, p={P}, f={F}")

@@ -447,7 +447,7 @@ def flatten_config(cfg: DictConfig, choices: dict[str, Any]) -> dict[str, Any]:
     }
     for group in PLUGIN_GROUPS:  # a preset's own builder (no option chosen) is recorded by its name
         target = cfg[group].get("_target_") if isinstance(cfg.get(group), DictConfig) else None
-        if out.get(group) == "none" and target:
+        if choices.get(group) is None and target:  # not an option chosen as none (defense=none)
             out[group] = str(target).rsplit(".", 1)[-1]
 
     def walk(node: Any, prefix: str) -> None:

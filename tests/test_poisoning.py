@@ -69,6 +69,7 @@ def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
     z_max = Phi^-1((3 - 1) / 3) = 0.4307 (Baruch et al. 2019, Alg. 3)."""
     summary = poisoned("attack=alie", "protocol.rounds=2")
     assert summary["alie_z"] == pytest.approx(0.430727, abs=1e-6)
+    assert summary["alie_z_rule"].startswith("Baruch et al.")
     assert summary["poisoning_knowledge"] == "neighbours"
 
 
@@ -109,10 +110,64 @@ def test_preset_clippedgossip_ring_sign_flip_over_seeds(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "sweep" / "summary.csv")
     assert (table.status == "completed").all() and len(table) == 12
-    # summary.csv records defense=none by its class (Defense), as every run without a defense option
-    table["defense"] = table["defense"].replace({"Defense": "none"})
     drops = table.pivot(index="seed", columns="defense", values="accuracy_drop")
     assert (drops["none"] > 0.1).all(), drops
     assert (drops["clipped_gossip"] < 0.05).all(), drops
     for rule in ("clipped_gossip", "centred_clipping", "median"):
         assert (drops[rule] < drops["none"] / 2).all(), drops
+
+
+def test_defense_none_is_recorded_as_none():
+    """summary.csv's defense column names the option chosen: ``none``, not its class ``Defense``."""
+    from decpriv.api import compose_config
+
+    cfg, choices = compose_config(["attack=sign_flip", "defense=none"])[:2]
+    assert experiment.flatten_config(cfg, choices)["defense"] == "none"
+
+
+@pytest.mark.slow
+def test_poisoning_grid_reproduces(cli, tmp_path):
+    """experiment=poisoning_grid -m (60 jobs, ~12 min on 2 cores): what docs/poisoning.md and the README say
+    it shows, on every seed and graph (measured spreads in the comments)."""
+    proc = cli("run", "-m", "hydra.sweep.dir=sweep", "experiment=poisoning_grid", "hydra/launcher=parallel")
+    assert proc.returncode == 0, proc.stderr
+    t = pd.read_csv(tmp_path / "sweep" / "summary.csv")
+    assert (t.status == "completed").all() and len(t) == 60
+    cell = t.set_index(["attack", "defense", "topology", "seed"])
+    drop, success = cell["accuracy_drop"], cell["poisoned_backdoor_success"]
+    flip, backdoor = drop.loc["sign_flip"], success.loc["backdoor"]
+    assert (flip.loc["none"] > 0.1).all()  # 0.165-0.453
+    for rule in ("centred_clipping", "clipped_gossip"):
+        assert (flip.loc[rule] < 0.06).all()  # 0.005-0.051
+    # the median on the ring: a small drop, but below undefended gossip under the same attack
+    poisoned = cell["poisoned_test_accuracy"].loc["sign_flip"]
+    assert (poisoned.loc["median", "ring"] < poisoned.loc["none", "ring"]).all()  # 0.685-0.699 vs 0.724-0.740
+    assert (drop.loc["alie"].abs() < 0.05).all()  # default z: at most 0.024
+    assert (backdoor.loc["none"] > 0.1).all() and (backdoor.loc["centred_clipping"] > 0.1).all()  # >= 0.167
+    assert (backdoor.loc["median"] < 0.05).all()  # 0.004-0.020
+    assert (backdoor.loc["clipped_gossip"] < backdoor.loc["none"] / 2).all()  # 0.033-0.137 vs 0.191-0.542
+
+
+@pytest.mark.parametrize(
+    "overrides, z, rule",
+    [
+        (
+            ("adversary.nodes=[0,2]",),
+            0.430727,
+            "Baruch",
+        ),  # was StatisticsError: node 1 hears 2 of 3 Byzantine
+        (("topology=complete",), 1.5, "ByzFL"),  # was 0: one Byzantine of 16 senders, z_max = Phi^-1(1/2)
+        (("topology=star", "adversary.nodes=[0]"), 1.5, "ByzFL"),  # the hub beside each leaf (2 senders)
+    ],
+)
+def test_alie_default_z_from_the_command_line_is_never_zero_or_an_error(overrides, z, rule):
+    summary = poisoned("attack=alie", "protocol.rounds=2", *overrides)
+    assert summary["alie_z"] == pytest.approx(z, abs=1e-6) and summary["alie_z_rule"].startswith(rule)
+    assert f"z = {z:.3f}" in summary["verdict"]
+
+
+def test_norm_bounding_runs_from_the_command_line():
+    summary = poisoned("attack=backdoor", "defense=norm_bounding", "protocol.rounds=3")
+    assert 0 <= summary["poisoned_backdoor_success"] <= 1 and summary["accuracy_drop"] == pytest.approx(
+        summary["clean_test_accuracy"] - summary["poisoned_test_accuracy"]
+    )

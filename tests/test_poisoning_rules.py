@@ -10,7 +10,7 @@ from decpriv.adversary.behaviour import Forgery
 from decpriv.adversary.recorder import Recorder
 from decpriv.attacks.poisoning import vectors
 from decpriv.defenses import robust_rules as rules
-from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.neighbourhoods import Inbox
 from decpriv.defenses.robust import CentredClipping, CoordinateMedian, Krum, MultiKrum, TrimmedMean
 from decpriv.defenses.self_centred_clipping import SelfCentredClipping
 
@@ -105,8 +105,9 @@ def ring(n: int) -> torch.Tensor:
 def test_fixed_radius_clipped_gossip_is_self_centred_clipping():
     W = ring(6)
     msgs = torch.as_tensor(np.random.default_rng(0).normal(size=(6, 3)))
-    hood = Neighbourhoods.of(W)
-    got = rules.clipped_gossip(hood.received(msgs), hood.weight, msgs, 0.5)
+    hood = Inbox.of(W)
+    (group,) = hood.groups
+    got = rules.clipped_gossip(hood.received(msgs)[0], group.weight, msgs, 0.5)
     np.testing.assert_allclose(got.numpy(), SelfCentredClipping(tau=0.5).aggregate(W, msgs).numpy())
 
 
@@ -114,10 +115,11 @@ def test_forged_message_lands_on_its_edge_only():
     """Node 0 sends node 1 a forged value and node 5 its honest one: only node 1's median moves."""
     W = ring(6)
     msgs = torch.arange(6, dtype=torch.float64)[:, None].repeat(1, 2)
-    hood = Neighbourhoods.of(W)
+    hood = Inbox.of(W)
+    valid = hood.groups[0].valid
     forged = Forgery(np.array([0]), np.array([1]), torch.full((1, 2), 100.0, dtype=torch.float64))
-    plain = rules.median(hood.received(msgs), hood.valid)
-    attacked = rules.median(hood.received(msgs, forged), hood.valid)
+    plain = rules.median(hood.received(msgs)[0], valid)
+    attacked = rules.median(hood.received(msgs, forged)[0], valid)
     assert torch.equal(plain[0], attacked[0]) and torch.equal(plain[5], attacked[5])
     # node 1 hears {100 (from 0, forged), 1, 2}: median 2, not the honest 1
     assert attacked[1].tolist() == [2.0, 2.0] and plain[1].tolist() == [1.0, 1.0]
@@ -125,8 +127,8 @@ def test_forged_message_lands_on_its_edge_only():
 
 def test_neighbourhoods_of_sparse_and_dense_agree():
     W = ring(7)
-    dense = Neighbourhoods.of(W)
-    sparse = Neighbourhoods.of(W.to_sparse_csr())
+    (dense,) = Inbox.of(W).groups
+    (sparse,) = Inbox.of(W.to_sparse_csr()).groups
     assert torch.equal(dense.index, sparse.index) and torch.equal(dense.valid, sparse.valid)
     assert dense.size.tolist() == [3] * 7
 
@@ -157,3 +159,41 @@ def test_fedavg_centred_clipping_is_centred_on_the_global_model():
     pulled = updates - held
     pulled = pulled * (0.3 / pulled.norm(dim=1, keepdim=True)).clamp(max=1.0)
     np.testing.assert_allclose(got.numpy(), (held + pulled.mean(0)).numpy(), rtol=1e-12)
+
+
+def test_norm_bounding_without_noise_is_fixed_radius_clipped_gossip():
+    from decpriv.defenses.norm_bounding import NormBounding
+
+    W = ring(6)
+    msgs = torch.as_tensor(np.random.default_rng(1).normal(size=(6, 3)))
+    got = NormBounding(bound=0.4, sigma=0.0).receive(W, msgs, None)
+    np.testing.assert_allclose(
+        got.numpy(), SelfCentredClipping(tau=0.4).aggregate(W, msgs).numpy(), rtol=1e-12
+    )
+
+
+def test_norm_bounding_by_hand_and_its_noise():
+    """Node 1 of a ring hears 0 (at +10 e1), itself and 2 (at 0), weights 1/3: bounded to norm 1, it moves
+    by e1 / 3. With sigma the step adds N(0, sigma^2) per coordinate (std within 3% over 6000 draws)."""
+    from decpriv.defenses.norm_bounding import NormBounding
+
+    msgs = torch.zeros(6, 2, dtype=torch.float64)
+    msgs[0, 0] = 10.0
+    assert NormBounding(bound=1.0, sigma=0.0).receive(ring(6), msgs, None)[1].tolist() == pytest.approx(
+        [1 / 3, 0]
+    )
+    noisy = NormBounding(bound=1.0, sigma=0.5)
+    noisy._noise = torch.Generator().manual_seed(0)  # bind's stream: defense.norm_bounding
+    wide = torch.zeros(6, 1000, dtype=torch.float64)
+    spread = noisy.receive(ring(6), wide, None).std().item()
+    assert spread == pytest.approx(0.5, rel=0.03)
+
+
+def test_a_neighbourhood_over_the_memory_bound_is_refused_in_a_sentence():
+    from decpriv.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="a node hears 40000 senders.*24.4 GB.*at most 15891 senders"):
+        Krum(f=1).check_memory(40_000, 1000, 4)
+    CoordinateMedian().check_memory(10_000, 1000, 4)  # a star of 10^4 at p = 1000: 160 MB
+    with pytest.raises(ConfigError, match="at most 268435 senders"):  # 4 x 2^30 / (4 x 1000 x 4)
+        CoordinateMedian().check_memory(10**6, 1000, 4)

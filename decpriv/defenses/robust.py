@@ -1,6 +1,7 @@
 """Byzantine-robust aggregation as defenses: each node combines the messages it received from its closed
 neighbourhood with a robust rule (:mod:`decpriv.defenses.robust_rules`) instead of the gossip average
-W x, all nodes at once on the stacked neighbourhoods (:mod:`decpriv.defenses.neighbourhoods`); an active
+W x, on blocks of receivers grouped by neighbourhood size (:mod:`decpriv.defenses.neighbourhoods`: memory
+by edges, no loop over nodes); an active
 attack's forged messages reach the rule on their own edges (:meth:`RobustAggregation.receive`). Under
 FedAvg/FedSGD the server aggregates the round's updates with the rule (:meth:`RobustAggregation.federate`).
 
@@ -11,6 +12,7 @@ the single ``defense`` slot: a robust rule needs every individual message, which
 homomorphic encryption hide (docs/poisoning.md).
 """
 
+import bisect
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,12 +24,14 @@ from decpriv.adversary.behaviour import Forgery
 from decpriv.config.types import Range, checked
 from decpriv.defenses import robust_rules as rules
 from decpriv.defenses.base import Built, Defense, sent_to_server
-from decpriv.defenses.neighbourhoods import Neighbourhoods
+from decpriv.defenses.neighbourhoods import Inbox, Neighbourhoods
 from decpriv.errors import bad_value
 
 FEDERATED = ("fedavg", "fedsgd")
 if TYPE_CHECKING:
     from decpriv.adversary.recorder import Recorder
+
+MEMORY_BOUND = 4 << 30  # bytes one robust step may hold for the widest neighbourhood (docs/poisoning.md)
 
 Tolerance = Annotated[int, Range(ge=0, what="the Byzantine senders each node tolerates", eg=1)]
 
@@ -50,7 +54,7 @@ class RobustAggregation(Defense):
     robust = True
 
     def __init__(self):
-        self._hood: tuple[tuple, Neighbourhoods] | None = None
+        self._hood: tuple[tuple, Inbox] | None = None
         self.federated = False
 
     def bind(self, setup: Built) -> None:
@@ -65,9 +69,37 @@ class RobustAggregation(Defense):
             )
         self.federated = protocol in FEDERATED
         if self.federated:  # the server's one neighbourhood: the clients of a round
-            self.check_graph(np.array([setup.protocol.clients_per_round(setup.network)]))
+            sizes = np.array([setup.protocol.clients_per_round(setup.network)])
         else:
-            self.check_graph(neighbourhood_sizes(setup.network.W))
+            sizes = neighbourhood_sizes(setup.network.W)
+        self.check_graph(sizes)
+        itemsize = torch.empty(
+            0, dtype=getattr(torch, getattr(setup.protocol, "dtype", "float32"))
+        ).element_size()
+        self.check_memory(int(sizes.max()), setup.model.p, itemsize)
+
+    def working_bytes(self, m: int, p: int, itemsize: int) -> int:
+        """What one step holds for a neighbourhood of m senders: the gathered (m, p) messages and the
+        sorting network's copies of them."""
+        return 4 * m * p * itemsize
+
+    def check_memory(self, widest: int, p: int, itemsize: int) -> None:
+        """Refuse a graph whose widest neighbourhood alone needs more than :data:`MEMORY_BOUND` (the rest
+        is held by edges, in blocks of a few MB: docs/poisoning.md)."""
+        if self.working_bytes(widest, p, itemsize) <= MEMORY_BOUND:
+            return
+        fits = bisect.bisect_right(
+            range(1, widest + 1), MEMORY_BOUND, key=lambda m: self.working_bytes(m, p, itemsize)
+        )
+        raise bad_value(
+            "defense",
+            self.name,
+            f"a node hears {widest} senders, and one {self.name} step on its neighbourhood of p={p} "
+            f"parameters would hold {self.working_bytes(widest, p, itemsize) / 2**30:.1f} GB, over decpriv's "
+            f"bound of {MEMORY_BOUND / 2**30:.0f} GB for one neighbourhood",
+            f"use a graph whose nodes hear at most {fits} senders (topology), a smaller model, or "
+            "defense=none",
+        )
 
     def check_graph(self, sizes: np.ndarray) -> None:
         """Refuse a graph on which the rule is undefined (Krum: too small a neighbourhood)."""
@@ -96,19 +128,21 @@ class RobustAggregation(Defense):
                 "rule's tolerance",
             )
 
-    def neighbourhoods(self, W: torch.Tensor) -> Neighbourhoods:
-        """The stacked neighbourhoods of W, built once per run (W is the same tensor every round)."""
+    def neighbourhoods(self, W: torch.Tensor) -> Inbox:
+        """The neighbourhoods of W, built once per run (W is the same tensor every round)."""
         key = (W.data_ptr() if W.layout == torch.strided else W.values().data_ptr(), W.shape, W.device)
         if self._hood is None or self._hood[0] != key:
-            self._hood = (key, Neighbourhoods.of(W))
+            self._hood = (key, Inbox.of(W))
         return self._hood[1]
 
     def aggregate(self, W: torch.Tensor, messages: torch.Tensor) -> torch.Tensor:
         return self.receive(W, messages, None)
 
     def receive(self, W: torch.Tensor, messages: torch.Tensor, forgery: Forgery | None) -> torch.Tensor:
-        hood = self.neighbourhoods(W)
-        return self.rule(hood.received(messages, forgery), hood, messages)
+        out = torch.empty_like(messages)
+        for block, x in self.neighbourhoods(W).blocks(messages, forgery):
+            out[block.nodes] = self.rule(x, block, messages[block.nodes])
+        return out
 
     def federate(
         self,
@@ -125,6 +159,7 @@ class RobustAggregation(Defense):
         recorder.record(round_, 0, sent_to_server(updates, chosen, held))
         w = weights[chosen].to(updates.dtype)
         server = Neighbourhoods(
+            nodes=torch.zeros(1, dtype=torch.long, device=updates.device),
             index=chosen[None],
             valid=torch.ones(1, len(chosen), dtype=torch.bool, device=updates.device),
             weight=(w / w.sum())[None],
@@ -203,6 +238,10 @@ class Krum(RobustAggregation):
 
     def tolerated(self, sizes: np.ndarray) -> np.ndarray:
         return np.full(len(sizes), self.f)
+
+    def working_bytes(self, m: int, p: int, itemsize: int) -> int:
+        """The m x m distances, sorted (values and int64 indices), beside the messages."""
+        return super().working_bytes(m, p, itemsize) + m * m * (2 * itemsize + 8)
 
     def rule(self, x: torch.Tensor, hood: Neighbourhoods, own: torch.Tensor) -> torch.Tensor:
         return (rules.multi_krum if self.multi else rules.krum)(x, hood.valid, self.f)

@@ -85,26 +85,42 @@ class ALittleIsEnough(VectorAttack):
     ):
         self.z, self.knowledge = z, knowledge
 
-    def plan(self, context: AttackContext) -> float:
-        """z: ``attack.z``, or Baruch et al.'s z_max for the tightest honest receiver (its senders, its
-        Byzantine senders)."""
+    def plan(self, context: AttackContext) -> tuple[float, str]:
+        """(z, where it comes from): ``attack.z``, or :func:`default_z` over the honest receivers."""
         if self.z is not None:
-            return self.z
-        W, attackers = context.network.W, context.adversary.nodes
-        receivers = np.setdiff1d(context.network.adjacency[attackers].indices, attackers)
-        sizes, byz = neighbourhood_sizes(W)[receivers], byzantine_neighbours(W, attackers)[receivers]
-        return float(min(vectors.alie_z(int(n), int(f)) for n, f in set(zip(sizes, byz, strict=True))))
+            return self.z, "attack.z"
+        return default_z(context.network.W, context.network.adjacency, context.adversary.nodes)
 
-    def craft(self, plan: float):
-        return crafted(vectors.alie, plan)
+    def craft(self, plan: tuple[float, str]):
+        return crafted(vectors.alie, plan[0])
 
     def run(self, view) -> dict:
-        return {**super().run(view), "alie_z": view.plan}
+        return {**super().run(view), "alie_z": view.plan[0], "alie_z_rule": view.plan[1]}
 
     def evaluate(self, findings, truth, view):
         out = super().evaluate(findings, truth, view)
-        out.summary["alie_z"] = findings["alie_z"]
+        out.summary["alie_z"], out.summary["alie_z_rule"] = findings["alie_z"], findings["alie_z_rule"]
+        out.summary["verdict"] = (
+            f"{out.summary['verdict'][:-1]}; z = {findings['alie_z']:.3f} ({findings['alie_z_rule']})."
+        )
         return out
+
+
+FALLBACK_Z = 1.5  # ByzFL's default tau for ALittleIsEnough (Allouah et al. 2025)
+
+
+def default_z(W, adjacency, attackers: np.ndarray) -> tuple[float, str]:
+    """Baruch et al.'s z_max for the tightest honest receiver (its n senders, f of them Byzantine), over
+    the receivers where the formula gives a positive z (:func:`vectors.alie_z`); where it gives one at
+    none (one attacker beside an even neighbourhood: the complete graph on an even n, a star's leaf),
+    ByzFL's default 1.5, and the summary says which (``alie_z_rule``)."""
+    receivers = np.setdiff1d(adjacency[attackers].indices, attackers)
+    sizes, byz = neighbourhood_sizes(W)[receivers], byzantine_neighbours(W, attackers)[receivers]
+    zs = [vectors.alie_z(int(n), int(f)) for n, f in set(zip(sizes, byz, strict=True))]
+    meaningful = [z for z in zs if z is not None]
+    if meaningful:
+        return float(min(meaningful)), "Baruch et al. z_max, tightest receiver"
+    return FALLBACK_Z, "ByzFL's default: Baruch et al.'s z_max is not positive at any receiver"
 
 
 def gaussian_craft(mu: float, sigma: float, mean, std, generator):

@@ -7,7 +7,7 @@ attacker, the coordinate-wise mean and (sample) standard deviation of the honest
   the honest mean is negative, so an aggregate near the mean of all messages points the wrong way;
 - a little is enough (Baruch, Baruch, Goldberg, NeurIPS 2019, Alg. 3): mean + z * std, each coordinate
   moved by z standard deviations, inside the spread a median or Krum accepts; z defaults to the paper's
-  z_max = Phi^{-1}((n - s) / n), s = floor(n / 2 + 1) - f;
+  z_max = Phi^{-1}((n - s) / n), s = floor(n / 2 + 1) - f, where it is positive (:func:`alie_z`);
 - Gaussian: N(mu, sigma^2) per coordinate, whatever the honest vectors (ByzFL's Gaussian).
 """
 
@@ -18,10 +18,14 @@ import torch
 from decpriv.random import streams as rng
 
 
-def alie_z(n: int, f: int) -> float:
+def alie_z(n: int, f: int) -> float | None:
     """Baruch et al. (2019, Alg. 3, lines 1-2): the attackers need s = floor(n/2 + 1) - f honest
-    supporters among n, so they may move z_max = Phi^{-1}((n - s) / n) standard deviations."""
+    supporters among n, so they may move z_max = Phi^{-1}((n - s) / n) standard deviations. None where the
+    formula gives no positive z: s <= 0 (the f attackers are a majority alone: (n - s)/n >= 1, no finite
+    quantile) or (n - s)/n <= 1/2 (one attacker beside an even n: s = n/2, z_max = 0, the honest mean)."""
     s = n // 2 + 1 - f
+    if s <= 0 or 2 * (n - s) <= n:
+        return None
     return NormalDist().inv_cdf((n - s) / n)
 
 
@@ -43,9 +47,12 @@ def gaussian(shape: tuple[int, ...], mu: float, sigma: float, generator: torch.G
 
 def masked_moments(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, p) mean and sample std (n - 1 in the denominator, as ByzFL) over the rows of ``values`` (S, p)
-    that ``mask`` (A, S) selects; the std is 0 for a single row."""
+    that ``mask`` (A, S) selects; the std is 0 for a single row. Two passes: the mean, then the squared
+    deviations from it summed over the selected (attacker, row) pairs (one-pass E[x^2] - mean^2 cancels
+    when the honest models nearly agree)."""
     weight = mask.to(values.dtype)
     count = weight.sum(1, keepdim=True).clamp_min(1)
     mean = weight @ values / count
-    spread = (weight @ values.square() - count * mean.square()).clamp_min(0)
+    reader, row = mask.nonzero(as_tuple=True)
+    spread = torch.zeros_like(mean).index_add_(0, reader, (values[row] - mean[reader]).square())
     return mean, (spread / (count - 1).clamp_min(1)).sqrt()
