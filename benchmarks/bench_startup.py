@@ -10,7 +10,11 @@ Each round runs, one after another, with one BLAS/OpenMP thread:
    against the torch import. Goal: <= 2x with pictures.
 
 Rounds interleave the commands, so a load spike on the shared machine hits every row of a round; the
-table gives medians over rounds (min-max beside them) and the ratios of the medians. ``--before DIR`` runs
+table gives medians over rounds (min-max beside them) and the ratios of the medians. Beside the wall
+times, the CPU seconds of each command (its process and the zygote it waited for; the attack's own
+sessions are not counted) against the torch import's: on an overloaded machine, where a command's two
+processes (the pipeline and the zygote) wait for the cores, the CPU ratio still says how much work the
+command does beyond the import. ``--before DIR`` runs
 each decpriv command a second time from another checkout of decpriv (``git archive <commit> | tar -x -C
 DIR``) in the same rounds: before and after, side by side. ``python -m benchmarks.bench_startup
 [--rounds R] [--before DIR]``; ``make bench`` runs it with 3 rounds.
@@ -20,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,23 +50,32 @@ def knowledge(n: int = N) -> list[str]:
     ]
 
 
-def timed(command: list[str], env: dict[str, str]) -> float:
-    begin = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - begin
+def cpu_of_children() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
-def decpriv_run(source: str | None, overrides: list[str], folder: Path) -> tuple[float, float]:
-    """(whole seconds, run.json's phases in seconds) of one ``decpriv run``, from this checkout (None) or
-    from the checkout at ``source``."""
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of a command: its process and the children it waited for (the
+    sealed attack's zygote)."""
+    begin, cpu = time.perf_counter(), cpu_of_children()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return time.perf_counter() - begin, cpu_of_children() - cpu
+
+
+def decpriv_run(source: str | None, overrides: list[str], folder: Path) -> tuple[float, float, float]:
+    """(whole seconds, its CPU seconds, run.json's phases in seconds) of one ``decpriv run``, from this
+    checkout (None) or from the checkout at ``source``."""
     env = {**os.environ, **THREADS}
     if source is None:
         command = [DECPRIV]
     else:
         env["PYTHONPATH"] = source
         command = [sys.executable, "-c", ENTRY]
-    whole = timed([*command, "run", *overrides, f"hydra.run.dir={folder}"], env)
-    return whole, json.loads((folder / "run.json").read_text())["wall_seconds"]["total"]
+    whole, cpu = timed([*command, "run", *overrides, f"hydra.run.dir={folder}"], env)
+    return whole, cpu, json.loads((folder / "run.json").read_text())["wall_seconds"]["total"]
 
 
 def rows(sources: dict[str, str | None]) -> dict[str, tuple[list[str], str | None]]:
@@ -82,25 +96,36 @@ def main(rounds: int = 3, before: str | None = None) -> None:
     sources = {"": None, **({" (before)": str(Path(before).resolve())} if before else {})}
     timed_rows = rows(sources)
     torch_s: list[float] = []
+    torch_cpu: list[float] = []
     whole: dict[str, list[float]] = {name: [] for name in timed_rows}
+    cpu: dict[str, list[float]] = {name: [] for name in timed_rows}
     phases: dict[str, list[float]] = {name: [] for name in timed_rows}
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            torch_s.append(timed([sys.executable, "-c", "import torch"], {**os.environ, **THREADS}))
+            bare = timed([sys.executable, "-c", "import torch"], {**os.environ, **THREADS})
+            torch_s.append(bare[0])
+            torch_cpu.append(bare[1])
             for k, (name, (overrides, source)) in enumerate(timed_rows.items()):
-                w, p = decpriv_run(source, overrides, Path(tmp) / f"{r}-{k}")
+                w, c, p = decpriv_run(source, overrides, Path(tmp) / f"{r}-{k}")
                 whole[name].append(w)
+                cpu[name].append(c)
                 phases[name].append(p)
     bare = statistics.median(torch_s)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{rounds} rounds, medians (min-max), seconds; import torch: {spread(torch_s)}")
-    print(f"{'command':<34} {'whole':>18} {'phases':>18}  whole / torch  whole / (torch + phases)")
+    bare_cpu = statistics.median(torch_cpu)
+    print(
+        f"{rounds} rounds, medians (min-max), seconds; import torch: {spread(torch_s)}, CPU {spread(torch_cpu)}"
+    )
+    print(
+        f"{'command':<34} {'whole':>18} {'phases':>18}  whole / torch  whole / (torch + phases)"
+        f" {'CPU':>18}  CPU / torch's"
+    )
     for name in timed_rows:
-        w, p = statistics.median(whole[name]), statistics.median(phases[name])
+        w, p, c = (statistics.median(values[name]) for values in (whole, phases, cpu))
         print(
             f"{name:<34} {spread(whole[name]):>18} {spread(phases[name]):>18}  {w / bare:>12.2f}x"
-            f"  {w / (bare + p):>22.2f}x"
+            f"  {w / (bare + p):>22.2f}x {spread(cpu[name]):>18}  {c / bare_cpu:>12.2f}x"
         )
     print("goals: knowledge whole / (torch + phases) <= 1.5x; default (pictures on) whole / torch <= 2x")
 
