@@ -11,10 +11,10 @@ Each round runs, one after another, with one BLAS/OpenMP thread:
 
 Rounds interleave the commands, so a load spike on the shared machine hits every row of a round; the
 table gives medians over rounds (min-max beside them) and the ratios of the medians. Beside the wall
-times, the CPU seconds of each command (its process and the zygote it waited for; the attack's own
-sessions are not counted) against the torch import's: on an overloaded machine, where a command's two
-processes (the pipeline and the zygote) wait for the cores, the CPU ratio still says how much work the
-command does beyond the import. ``--before DIR`` runs
+times, the CPU seconds of each command's own process against the torch import's (the zygote, started
+under bubblewrap, is not reaped through it and is not counted): on an overloaded machine, where a
+command's two interpreters wait for the cores, the CPU ratio still says how much work the pipeline's
+process does beyond the import. ``--before DIR`` runs
 each decpriv command a second time from another checkout of decpriv (``git archive <commit> | tar -x -C
 DIR``) in the same rounds: before and after, side by side. ``python -m benchmarks.bench_startup
 [--rounds R] [--before DIR]``; ``make bench`` runs it with 3 rounds.
@@ -56,8 +56,7 @@ def cpu_of_children() -> float:
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of a command: its process and the children it waited for (the
-    sealed attack's zygote)."""
+    """(wall seconds, CPU seconds) of a command: its process and the children it reaped."""
     begin, cpu = time.perf_counter(), cpu_of_children()
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if done.returncode:
