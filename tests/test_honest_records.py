@@ -89,19 +89,33 @@ def test_a_summary_without_a_row_and_without_a_mark_is_refused_not_an_index_erro
         assert "summary.csv: holds no row (cut inside its header" in capsys.readouterr().err
 
 
-def test_an_unreadable_table_says_so_not_restore(whole, tmp_path, capsys):
+def test_an_unreadable_table_says_so_not_restore(whole, tmp_path, monkeypatch, capsys):
+    """A table that exists and cannot be read is said so, with its fix, never "restore": a folder in the
+    table's place (unreadable to root too), and a table without read permission (chmod 0; as root, who
+    reads through any mode, the reader is handed the system's PermissionError)."""
     import os
 
-    if os.geteuid() == 0:
-        from decpriv.report.run_folder import unreadable
-
-        said = str(unreadable(Path("x.csv"), PermissionError(13, "Permission denied")))
-        assert said == "x.csv: cannot be read (Permission denied); give yourself read permission (chmod u+r)."
-        return
     run = _copy(whole, tmp_path)
-    (run / "nodes.csv").chmod(0)
+    (run / "nodes.csv").unlink()
+    (run / "nodes.csv").mkdir()
     assert main(["show", str(run)]) == 2
-    assert "cannot be read (Permission denied); give yourself read permission" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nodes.csv: cannot be read (Is a directory); check the disk." in err and "restore" not in err
+    run = _copy(whole, tmp_path, "denied")
+    if os.geteuid() == 0:
+        real = Path.read_bytes
+
+        def denied(self):
+            if self.name == "nodes.csv":
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+
+        monkeypatch.setattr(Path, "read_bytes", denied)
+    else:
+        (run / "nodes.csv").chmod(0)
+    assert main(["show", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "nodes.csv: cannot be read (Permission denied); give yourself read permission (chmod u+r)." in err
 
 
 @pytest.mark.parametrize("name", ["../outside", "sub/inner", "/tmp/abs", "..", ".hidden", ""])

@@ -263,3 +263,48 @@ def test_in_the_span_a_batch_of_two_is_recovered_where_pixel_space_stalls(data):
         perm = match(inv.x, x)
         scores = psnr(inv.x[perm], x, (0.0, 1.0))
         assert least < scores.min() and scores.max() < most
+
+
+class Fetched(torch.Tensor):
+    """A tensor on the meta device (no data) whose copy to the CPU is zeros of its shape and dtype."""
+
+    def cpu(self):
+        return torch.zeros(self.shape, dtype=self.dtype)
+
+
+def test_cpu_inputs_are_inverted_on_the_attacks_device_and_come_back_on_the_cpu(data, monkeypatch):
+    """In an attack process whose device is not the CPU (here the meta device stands for a GPU), ``invert``
+    hands the model, the point, the leak, the labels and the span to itself on that device, and every
+    tensor of what it found comes back on the CPU (what crosses out of the attack's process is)."""
+    from decpriv.attacks.inversion import engine
+
+    model = mlp(SHAPE, 10, hidden=[4])
+    theta = model.init(1, 0)[0]
+    x, y = data[0][:2], data[1][:2]
+    target = grad(model.loss)(theta, x, y)
+    basis = torch.linalg.qr(x.reshape(2, -1).T)[0]
+    moved_to, inner = [], []
+    real_on = model.on
+    model.on = lambda device: moved_to.append(str(device)) or real_on(device)
+    real = engine.invert
+
+    def on_the_device(model, params, target, *args):
+        if params.device.type != "meta":
+            return real(model, params, target, *args)
+        labels, basis = args[3], args[7]
+        inner.append([t.device.type for t in (params, target, labels, basis)])
+
+        def meta(*shape, dtype=torch.float32):
+            return torch.zeros(shape, dtype=dtype, device="meta").as_subclass(Fetched)
+
+        return engine.Inversion(
+            meta(2, *SHAPE), meta(2, dtype=torch.long), 0.5, meta(3), meta(1, 1), meta(1, 2)
+        )
+
+    monkeypatch.setattr(engine, "invert", on_the_device)
+    monkeypatch.setattr(engine, "attack_device", lambda: "meta")
+    found = engine.invert(model, theta, target, SHAPE, 10, 2, y, (0.0, 1.0), InversionConfig(), None, basis)
+    assert moved_to == ["meta"] and inner == [["meta"] * 4]
+    tensors = [found.x, found.y, found.history, found.objectives, found.candidates]
+    assert [t.device.type for t in tensors] == ["cpu"] * 5 and found.objective == 0.5
+    assert [tuple(t.shape) for t in tensors] == [(2, *SHAPE), (2,), (3,), (1, 1), (1, 2)]

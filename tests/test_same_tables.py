@@ -51,14 +51,20 @@ def test_a_mean_of_rates_does_not_depend_on_their_order():
 
 def test_the_consensus_distance_does_not_depend_on_the_thread_count(threads):
     """Past torch's grain size (32768 entries) a full float64 sum splits over the threads and rounds
-    otherwise (6e-11 apart here at 1 and 2 threads); the nodes' terms summed exactly do not."""
-    theta = torch.randn(64, 5000, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    otherwise; the nodes' terms summed exactly do not. Nodes spread over eight decades, so that a plain
+    sum of the terms rounds (a full sum here: 1 ulp apart at 1 and 2 threads, 1 ulp off the exact sum at 1;
+    the nodes' terms summed in order: 1 ulp off)."""
+    scale = 10.0 ** (torch.arange(64, dtype=torch.float64) % 8)
+    theta = (
+        torch.randn(64, 5000, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+        * scale[:, None]
+    )
     threads(1)
     one = consensus_distance(theta)
     threads(2)
     assert consensus_distance(theta) == one
     centred = ((theta - theta.mean(0)) ** 2).sum(1)
-    assert one == pytest.approx(2 * math.fsum(centred.tolist()) / 63, rel=0)
+    assert one == 2 * math.fsum(centred.tolist()) / 63
 
 
 SMALL_F64 = ("protocol.dtype=float64", "~attack", "protocol.rounds=3", "plots=false")

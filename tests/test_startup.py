@@ -1,14 +1,48 @@
 """Start-up cost: a run imports only what it uses (torchmetrics pulls in torchvision: seconds per process;
-scipy.optimize, only for matching reconstructions to their images, 0.1 s)."""
+scipy.optimize, only for matching reconstructions to their images, 0.1 s; matplotlib, only to draw, 0.3 s),
+and each picture is drawn once (docs/speed.md)."""
 
 import subprocess
 import sys
 
+import pytest
+
+from decpriv import NO_USER_CONF
+from decpriv.cli import main
+
+pytestmark = pytest.mark.filterwarnings(f"ignore:{NO_USER_CONF}")
+
+
+def _imported(modules: str, wanted: tuple[str, ...]) -> list[str]:
+    code = f"import sys, {modules}; print(sorted(m for m in {wanted!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return eval(out)
+
 
 def test_a_knowledge_matrix_run_does_not_import_torchmetrics_or_scipy_optimize():
-    code = (
-        "import sys, decpriv.cli, decpriv.experiment, decpriv.attacks.knowledge.attack, decpriv.metrics.images; "
-        "print(sorted(m for m in ('torchmetrics', 'torchvision', 'scipy.optimize') if m in sys.modules))"
+    modules = "decpriv.cli, decpriv.experiment, decpriv.attacks.knowledge.attack, decpriv.metrics.images"
+    assert _imported(modules, ("torchmetrics", "torchvision", "scipy.optimize")) == []
+
+
+def test_the_pipeline_and_the_attacks_import_matplotlib_only_to_draw():
+    """Not by the pipeline, nor by the default and knowledge-matrix attacks' modules (which the sealed
+    process imports too): a run with plots=false, and the attack's process, never load it."""
+    modules = "decpriv.cli.run, decpriv.experiment, decpriv.attacks.p2p.mia, decpriv.attacks.knowledge.attack"
+    assert _imported(modules, ("matplotlib",)) == []
+
+
+def test_each_picture_is_drawn_once_and_laid_out_without_measuring(tmp_path, monkeypatch):
+    """A PNG is one drawing: no layout that measures every text first (tight_layout, or savefig's
+    bbox_inches="tight", which draws the figure once more to find its bounds)."""
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    drawn, measured = [], []
+    draw, tightbbox = Figure.draw, Axes.get_tightbbox
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: drawn.append(1) or draw(self, renderer))
+    monkeypatch.setattr(
+        Axes, "get_tightbbox", lambda self, *a, **k: measured.append(1) or tightbbox(self, *a, **k)
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    command = ["run", "protocol.rounds=4", "attack=knowledge_matrix", "protocol=gossip", "topology.n=12"]
+    assert main([*command, f"hydra.run.dir={tmp_path / 'r'}"]) == 0
+    assert len(list((tmp_path / "r").rglob("*.png"))) == 3 == len(drawn) and measured == []

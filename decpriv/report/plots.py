@@ -1,19 +1,54 @@
 """Picture primitives shared by attacks, accountants and sweeps. Each returns a matplotlib Figure; the
-run folder writer saves it as PNG (Agg backend: no screen needed)."""
+run folder writer saves it as PNG (Agg backend: no screen needed). matplotlib is imported by the first
+drawing, not with this module: a run without pictures (``plots=false``), a refused command and the
+attack's sealed process, which imports the attack's module, never load it (0.3 s; docs/speed.md)."""
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import matplotlib
+import networkx as nx
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-import matplotlib.pyplot as plt  # noqa: E402
-import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+def subplots(*args, **kwargs):
+    """``matplotlib.pyplot.subplots`` on the Agg backend (matplotlib imported here, on first use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def place(
+    fig: "Figure",
+    left: float = 0.75,
+    right: float = 0.2,
+    bottom: float = 0.55,
+    top: float = 0.45,
+    wspace: float = 0.6,
+    hspace: float = 0.5,
+) -> None:
+    """Lay out the figure's grid of axes by margins and gaps in inches, fixed for its texts. Fitting them
+    to the measured texts (``tight_layout``, or saving with ``bbox_inches="tight"``) draws the figure once
+    more each time: two of a small figure's three drawings (docs/speed.md)."""
+    width, height = fig.get_size_inches()
+    rows, columns = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
+    axis_width = (width - left - right - (columns - 1) * wspace) / columns
+    axis_height = (height - bottom - top - (rows - 1) * hspace) / rows
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=wspace / axis_width,
+        hspace=hspace / axis_height,
+    )
+
 
 SPRING_LAYOUT_MAX = 200  # nodes; the spring layout costs O(n^2) per iteration
 GRAPH_FIGURE_MAX = 5000  # nodes; past this a drawing is a blot and the figure only says it was left out
@@ -70,15 +105,18 @@ def graph_figure(
     values: Sequence[float] | None = None,
     value_label: str = "",
     roots: Sequence[int] | None = None,
-) -> Figure:
+) -> "Figure":
     """The graph with each node coloured by its category (``palette``), or by ``values`` on a colour map.
 
     Nodes are 0..n-1 (row v of ``categories`` / ``values`` is node v); positions from :func:`graph_layout`
     (rings of hop distance from ``roots`` above ``SPRING_LAYOUT_MAX`` nodes, said under the picture).
     Above ``GRAPH_FIGURE_MAX`` nodes the figure holds only a note saying the graph was not drawn.
     """
+    from matplotlib.collections import LineCollection
+
     n = graph.number_of_nodes()
-    fig, ax = plt.subplots(figsize=(6.5, 6))
+    fig, ax = subplots(figsize=(6.5, 6))
+    place(fig, left=0.15, right=0.15, bottom=0.3, top=0.45)
     ax.set_title(title)
     ax.axis("off")
     if n > GRAPH_FIGURE_MAX:
@@ -133,7 +171,7 @@ def _tile(images: Sequence[np.ndarray], width: int, gap: int = 2) -> np.ndarray:
 
 def image_grid(
     rows: Sequence[tuple[str, np.ndarray]], captions: Sequence[str] | None = None, title: str = ""
-) -> Figure:
+) -> "Figure":
     """Rows of images (e.g. ("true", X), ("recovered", Xhat)), each X of shape (k, C, H, W) in [0, 1].
 
     Long rows wrap into bands of at most ``MAX_COLUMNS`` columns, each band showing every row's images of
@@ -148,7 +186,8 @@ def image_grid(
     if k < total:
         title = f"{title} (first {k} of {total})"
     height = len(rows) * bands
-    fig, axes = plt.subplots(height, 1, figsize=(1.1 * width + 1, 1.2 * height + 0.5), squeeze=False)
+    fig, axes = subplots(height, 1, figsize=(1.1 * width + 1, 1.2 * height + 0.5), squeeze=False)
+    place(fig, left=0.45, right=0.1, bottom=0.35, top=0.45 if title else 0.1, hspace=0.35)
     for band in range(bands):
         shown = range(band * width, min((band + 1) * width, k))
         for r, (label, images) in enumerate(rows):
@@ -177,7 +216,6 @@ def image_grid(
                             va="top",
                         )
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
@@ -191,14 +229,17 @@ def metric_plot(
     title: str = "",
     band: tuple[str | float, str | float] | None = None,
     band_label: str = "baseline",
-) -> Figure:
+) -> "Figure":
     """``y`` against ``x``, one line per ``hue`` value, mean with std error bars over repeated rows (seeds).
 
     A numeric ``x`` is a line (integer ticks when every value is an integer, e.g. seeds); a text ``x``
     (``ring``, ``torus``) is drawn as categories: points side by side, no line between them. ``band``:
     the baseline the metric is read against, (low, high) columns or constants (the same for a line), drawn
     per ``hue`` value as a shaded band (a dashed line when low and high are the same)."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = subplots(figsize=(6.5, 4.2))
+    place(fig, left=0.9, top=0.4)
     categorical = not pd.api.types.is_numeric_dtype(table[x])
     order = sorted(table[x].unique(), key=str) if categorical else None
     groups = list(table.groupby(hue, sort=True)) if hue else [(None, table)]
@@ -259,13 +300,14 @@ TRAINING_PANELS = (
 )
 
 
-def training_curves(history: pd.DataFrame, title: str) -> Figure | None:
+def training_curves(history: pd.DataFrame, title: str) -> "Figure | None":
     """One panel per kind of training metric present in history.csv, against the round (None if none)."""
     panels = [(name, [c for c in cols if c in history]) for name, cols in TRAINING_PANELS]
     panels = [(name, cols) for name, cols in panels if cols]
     if not panels or len(history) < 2:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    fig, axes = subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    place(fig, left=0.6, top=0.75, wspace=0.65)
     for ax, (name, cols) in zip(axes[0], panels, strict=True):
         for c in cols:
             ax.plot(history["round"], history[c], marker=".", label=c)
@@ -276,5 +318,4 @@ def training_curves(history: pd.DataFrame, title: str) -> Figure | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title)
-    fig.tight_layout()
     return fig

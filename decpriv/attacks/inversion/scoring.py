@@ -1,11 +1,11 @@
 """Scoring reconstructed batches against the victims' true data (ground truth: for ``evaluate`` only)."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 
 from decpriv.attacks.inversion.matching import match
 from decpriv.metrics import images
@@ -13,6 +13,9 @@ from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr_text
 from decpriv.report.headline import Headline
 from decpriv.report.plots import image_grid
 from decpriv.seal.truth import Truth
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +137,7 @@ RECOVERY_HEADLINE = (
 """The headline of an image-inversion attack: the recovered fraction first, then the median and mean PSNR."""
 
 
-def reconstruction_grid(scored: Scored, data_range: tuple[float, float], label: str, title: str) -> Figure:
+def reconstruction_grid(scored: Scored, data_range: tuple[float, float], label: str, title: str) -> "Figure":
     """True images above their matched reconstructions, each captioned with its PSNR."""
     low, high = data_range
     unit = [((torch.cat(b) - low) / (high - low)).numpy() for b in (scored.true, scored.reconstructed)]

@@ -11,12 +11,11 @@ aggregate the protocol revealed, not an average of the masked updates.
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 import pandas as pd
 import torch
-from matplotlib.figure import Figure
 from torch.func import vmap
 
 from decpriv.adversary.view import AttackContext, View
@@ -41,8 +40,11 @@ from decpriv.models.functional import FunctionalModel
 from decpriv.random.streams import Seeds
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.report.plots import plt
+from decpriv.report.plots import place, subplots
 from decpriv.seal.truth import Truth
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(eq=False)
@@ -479,11 +481,12 @@ def per_round_null(scored: Scored, stat: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mia_figure(scored: Scored) -> Figure:
+def mia_figure(scored: Scored) -> "Figure":
     """Advantage and AUC over rounds, each with the 95% band of its shuffled-membership null, and the
     advantage against the generalisation error of the network's state that round (the mean over victims
     of the received or global model's acc(X) - acc(O), the paper's x axis)."""
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = subplots(1, 3, figsize=(15, 4.2))
+    place(fig, wspace=0.85, top=0.75)
     state = scored.table[scored.table.view.isin(["received", "fl_global"])]
     state = state.groupby("round").generalisation_error.mean()
     for ax, stat in zip(axes[:2], ("advantage", "auc"), strict=True):
@@ -508,7 +511,6 @@ def mia_figure(scored: Scored) -> Figure:
         ax.legend(fontsize=8)
     members, outside = int(scored.table.members.median()), int(scored.table.non_members.median())
     fig.suptitle(f"membership inference, mean over victims ({members} members vs {outside} non-members each)")
-    fig.tight_layout()
     return fig
 
 

@@ -37,7 +37,7 @@ from decpriv.graphs.network import Network
 from decpriv.random import streams as rng
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
-from decpriv.report.plots import plt
+from decpriv.report.plots import subplots
 from decpriv.seal.truth import Truth
 
 EXACT = 1e-6  # relative error below which a recovery counts as exact (float64 runs)
@@ -109,7 +109,7 @@ def evade(view: View, pair: SybilPair, generator: torch.Generator) -> Evasion:
 
 def error_figure(table: pd.DataFrame):
     """Relative error of each view of the victim's update over rounds (log scale)."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     for column, label in (
         ("recovered_relative_error", "two Sybils: SA(N(A_a)) - SA(N(A_b))"),
         ("received_relative_error", "one node: the message v sent it"),
