@@ -268,23 +268,28 @@ def test_limits_are_refused_in_one_sentence():
     assert "sandbox.memory_gib: 8.0  (float > 0: the attack process's memory (GiB))" in listed
 
 
-def test_a_run_folder_inside_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
-    """Of a folder on the import path only its modules are bound: a run folder among them is refused,
-    one in a folder of no module is fine (not bound)."""
+def test_a_run_folder_holding_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
+    """Of a folder on the import path only its module files are bound, one by one: a run folder beside
+    them is not bound (fine), one that holds them, or lies inside what is bound whole (decpriv), is
+    refused in one sentence, from the command line before any folder exists."""
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "mine.py").write_text("")
     (tmp_path / "data").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
     bound = sandbox.read_only_paths()
-    assert str(tmp_path / "plugins") in bound and str(tmp_path / "data") not in bound
-    with pytest.raises(ConfigError, match=f"^{tmp_path}/plugins/run lies inside {tmp_path}/plugins, which"):
-        sandbox.refuse_visible((str(tmp_path / "plugins" / "run"),))
-    sandbox.refuse_visible((str(tmp_path / "data" / "run"),))
+    assert str(tmp_path / "plugins" / "mine.py") in bound
+    assert not {str(tmp_path / "plugins"), str(tmp_path / "data")} & set(bound)
+    sandbox.refuse_visible((str(tmp_path / "plugins" / "run"),))  # beside the module: not bound
+    with pytest.raises(ConfigError, match=f"^{tmp_path}/plugins and {tmp_path}/plugins/mine.py, which"):
+        sandbox.refuse_visible((str(tmp_path / "plugins"),))
+    decpriv_folder = str(Path(sandbox.__file__).resolve().parents[1])
+    with pytest.raises(ConfigError, match=f"^{decpriv_folder}/run and {decpriv_folder}, which"):
+        sandbox.refuse_visible((f"{decpriv_folder}/run",))
     if zygote.seal_kind() == "bubblewrap":  # from the command line: before any folder exists
-        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-        done = run_cli("run", "hydra.run.dir=plugins/run", cwd=tmp_path)
-        assert done.returncode == 2 and "lies inside" in done.stderr
-        assert not (tmp_path / "plugins" / "run").exists()
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path / "plugins"))
+        done = run_cli("run", "hydra.run.dir=plugins", cwd=tmp_path)
+        assert done.returncode == 2 and "lie one inside the other" in done.stderr, done.stderr
+        assert not (tmp_path / "plugins" / ".hydra").exists()
 
 
 def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch):

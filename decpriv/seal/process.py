@@ -25,7 +25,6 @@ import pickle
 import shutil
 import socket
 import sys
-import tempfile
 import traceback
 import warnings
 from collections.abc import Callable
@@ -94,7 +93,7 @@ class Sealed:
         self.name, self._streams, self._plan = name, streams, THEIRS  # no plan until prepare ran there
         self.limits = limits or sandbox.Limits()
         gpu = torch.device(device).type == "cuda"
-        processes = zygote.warm(module, gpu, self.limits.scratch_mib)
+        processes = zygote.warm(module, gpu)
         self.seal = processes.seal  # bubblewrap | process, for run.json
         if self.seal == "process" and not _said_process_seal:
             _said_process_seal.append(True)
@@ -389,7 +388,7 @@ def session(connection: socket.socket, limits: sandbox.Limits) -> None:
     """One forked child, under its ``limits``: the attack first, then calls until the pipeline closes the
     socket. It works in its own empty directory."""
     LIMITS[:] = [limits]
-    folder = tempfile.mkdtemp(prefix="decpriv-attack-")
+    folder = zygote.scratch_folder()
     os.chdir(folder)
     stream = connection.makefile("rwb")
 
