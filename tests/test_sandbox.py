@@ -310,15 +310,47 @@ def test_the_process_seal_says_what_it_does_not_protect(escape_conf, monkeypatch
         zygote.warm()  # back to this machine's seal for the next test
 
 
-def test_a_process_allowance_counts_from_the_processes_already_there(monkeypatch):
-    """RLIMIT_NPROC counts every process of the user: sandbox.processes=2 is the count now plus two (for
-    a user that is not root; root is not bound by it), and without libseccomp no new one at all."""
-    assert sandbox.users_processes() >= 1  # this one, at least
+def test_a_process_allowance_counts_from_the_tasks_already_there(monkeypatch):
+    """RLIMIT_NPROC counts every task (thread) of the user: sandbox.processes=2 with sandbox.threads=16 is
+    the count now plus 18 (for a user that is not root; root is not bound by it, its warden counts), and
+    without libseccomp no new one at all."""
+    assert sandbox.users_tasks() >= threading.active_count()  # this process's threads, at least
     set_to = {}
     monkeypatch.setattr(sandbox.resource, "setrlimit", lambda kind, value: set_to.__setitem__(kind, value))
-    monkeypatch.setattr(sandbox, "users_processes", lambda: 7)
-    sandbox.Limits(processes=2).apply()
-    assert set_to[sandbox.resource.RLIMIT_NPROC] == (9, 9)
+    monkeypatch.setattr(sandbox, "users_tasks", lambda: 7)
+    sandbox.Limits(processes=2, threads=16).apply()
+    assert set_to[sandbox.resource.RLIMIT_NPROC] == (25, 25)
     monkeypatch.setattr(sandbox, "filters", lambda: False)
     sandbox.no_new_processes()
     assert set_to[sandbox.resource.RLIMIT_NPROC] == (7, 7)
+
+
+@sealed
+def test_shared_memory_counts_against_the_memory_limit(escape_conf):
+    """2 GiB of MAP_SHARED anonymous memory (not counted by RLIMIT_DATA) under sandbox.memory_gib=1.5:
+    the run fails in one sentence naming the key; memfd files (no count reaches them) cannot be made.
+    Control: here the same payloads hold their 2 GiB."""
+    assert sandbox_attacks.shared_memory(2).startswith("ok")
+    assert sandbox_attacks.memfd_memory(2).startswith("ok")
+    sandbox_attacks.release()
+    found = escape(escape_conf / "memfd", "memfd:2", "socket:UNIX")
+    assert found == {"memfd:2": "refused EPERM", "socket:UNIX": "ok"}
+    way = "shared:2"
+    with pytest.raises(
+        RuntimeError,
+        match=r"GiB \(shared memory and its scratch included\), past sandbox\.memory_gib=1\.5; raise",
+    ):
+        escape(escape_conf / "run", way, more=("sandbox.memory_gib=1.5",))
+    assert status(escape_conf / "run") == "failed"
+
+
+@sealed
+def test_threads_are_bounded(escape_conf):
+    """200 threads under sandbox.threads=64: the run fails naming the key. Control: here all 200 start;
+    under the default limit, in the sandbox too."""
+    assert sandbox_attacks.many_threads(200) == "200 started"
+    assert escape(escape_conf / "ok", "threads:200")["threads:200"] == "200 started"
+    with pytest.raises(
+        RuntimeError, match=r"it ran \d+ threads, past sandbox\.threads=64; raise sandbox\.threads"
+    ):
+        escape(escape_conf / "run", "threads:200", more=("sandbox.threads=64",))

@@ -151,7 +151,10 @@ class Sealed:
         try:
             self._send(("call", method, args))
         except OSError:
-            raise RuntimeError(f"the sealed attack process ended before attack.{method}") from None
+            raise RuntimeError(
+                f"attack={self.name}: the sealed attack process ended before attack.{method}: "
+                + zygote.ending(self._heard(), self.limits)
+            ) from None
         while True:
             message = self._receive(method)
             if message[0] == "stream":

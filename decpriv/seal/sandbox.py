@@ -38,22 +38,41 @@ GIB, MIB = 2**30, 2**20
 class Limits:
     """What one sealed attack process may use (config ``sandbox.*``; rlimits, applied in the child)."""
 
-    memory_gib: Annotated[float, Range(gt=0, what="the attack process's memory (GiB)", eg=16)] = 8.0
+    memory_gib: Annotated[
+        float, Range(gt=0, what="all memory the attack process touches, shared included (GiB)", eg=16)
+    ] = 8.0
     cpu_seconds: Annotated[int, Range(ge=1, what="the attack process's CPU time (s)", eg=72000)] = 36000
     file_mib: Annotated[int, Range(ge=1, what="the largest file it may write (MiB)", eg=1024)] = 256
     processes: Annotated[int, Range(ge=0, what="the processes it may start", eg=4)] = 0
+    threads: Annotated[int, Range(ge=1, what="the threads its processes run, all together", eg=4096)] = 1024
     scratch_mib: Annotated[int, Range(ge=1, what="its /tmp and /dev/shm (MiB each)", eg=1024)] = 256
+    output_kib: Annotated[int, Range(ge=1, what="what it prints, relayed, per run (KiB)", eg=65536)] = 4096
+    answer_mib: Annotated[int, Range(ge=1, what="one answer it sends back (MiB)", eg=16384)] = 8192
+    wall_seconds: Annotated[
+        float, Range(ge=0, what="the time the run waits on it, all calls (s; 0: no limit)", eg=3600)
+    ] = 0.0
 
     @classmethod
     def of(cls, node: Any) -> "Limits":
         """The limits a config's ``sandbox`` node sets (refused in one sentence: :func:`check`)."""
         values = dict(node or {})
         check(values)
-        return cls(**values)
+        limits = cls(**values)
+        allowed = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        if allowed != resource.RLIM_INFINITY and limits.processes + limits.threads > allowed:
+            raise bad_value(
+                "sandbox.processes",
+                limits.processes,
+                f"with sandbox.threads={limits.threads}, more than this machine lets one user start "
+                f"({allowed}, RLIMIT_NPROC)",
+                f"use at most {max(allowed - limits.threads, 0)}",
+            )
+        return limits
 
     def apply(self) -> None:
         """In the sealed child, before the attack is unpickled: its rlimits, hard and soft (it cannot raise
-        them again), and no core dump."""
+        them again), and no core dump. Its threads and all the memory it touches, shared included, are
+        counted by its warden (:func:`usage`), which ends it past them."""
         memory = int(self.memory_gib * GIB)
         for limit, value in (
             (resource.RLIMIT_DATA, memory),  # private writable memory; CUDA's PROT_NONE reservations pass
@@ -63,19 +82,57 @@ class Limits:
             resource.setrlimit(limit, (value, value))
         # the soft limit sends SIGXCPU, which the warden reports; the hard one a second later kills
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 1))
-        if self.processes:  # the kernel counts every process of this user it can see (root: none)
-            resource.setrlimit(resource.RLIMIT_NPROC, (users_processes() + self.processes,) * 2)
-        else:
+        # threads and processes are tasks to the kernel, counted per user (not for root: the warden counts)
+        tasks = users_tasks() + self.threads + self.processes
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+        if not self.processes:
             no_new_processes()
 
 
-def users_processes() -> int:
-    """How many processes of this user /proc shows (in the sandbox: its own namespace's)."""
+def users_tasks() -> int:
+    """How many tasks (threads, each process's first included) of this user /proc shows (in the sandbox:
+    its own PID namespace's): what RLIMIT_NPROC counts."""
     count = 0
     for entry in Path("/proc").glob("[0-9]*"):
         with suppress(OSError):
-            count += entry.stat().st_uid == os.getuid()
+            if entry.stat().st_uid == os.getuid():
+                count += len(os.listdir(entry / "task"))
     return count
+
+
+def usage(pid: int, scratch: bool) -> tuple[int, int]:
+    """(bytes, threads) the process ``pid`` holds: its private and shared resident memory (MAP_SHARED
+    anonymous and /dev/shm mappings touched; the pages it shares with the zygote, torch's, included),
+    the System V segments of its IPC namespace and (``scratch``: its own) what /tmp and /dev/shm hold; a
+    page both mapped and in a file counts twice. A memfd file, which no count reaches, cannot be made
+    (:func:`system_calls`). (0, 0) once it is gone."""
+    try:
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
+    except OSError:
+        return 0, 0
+    kib = sum(int(status.get(key, "0 kB").split()[0]) for key in ("RssAnon", "RssShmem"))
+    held = kib * 1024 + _segments()
+    if scratch:
+        for folder in SCRATCH:
+            with suppress(OSError):
+                found = os.statvfs(folder)
+                held += (found.f_blocks - found.f_bfree) * found.f_frsize
+    return held, int(status.get("Threads", "0"))
+
+
+def _segments() -> int:
+    """Bytes of System V shared memory resident in this IPC namespace."""
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except OSError:
+        return 0
+    header = lines[0].split() if lines else []
+    if "rss" not in header:
+        return 0
+    at = header.index("rss")
+    return sum(int(line.split()[at]) for line in lines[1:] if len(line.split()) > at)
 
 
 def check(values: dict[str, Any]) -> None:
@@ -260,7 +317,7 @@ def system_calls(session: bool = True) -> Any:
     and everything it starts, which lets the wardens make each session's namespaces (libseccomp: the
     native architecture's numbers; a call through another architecture's ABI kills the process). A
     socket of any family but AF_UNIX answers EAFNOSUPPORT (the sandbox's network namespace is empty,
-    but a family such as AF_VSOCK reaches past it)."""
+    but a family such as AF_VSOCK reaches past it); in a session, memfd_create answers EPERM."""
     import pyseccomp as sc
 
     rules = sc.SyscallFilter(sc.ALLOW)
@@ -269,6 +326,8 @@ def system_calls(session: bool = True) -> Any:
             _deny(rules, sc.ERRNO(errno.EPERM), name)
     for name in ("socket", "socketpair"):
         rules.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, socket.AF_UNIX))
+    if session:  # memory no count reaches unless mapped (the zygote's libraries may use one)
+        _deny(rules, sc.ERRNO(errno.EPERM), "memfd_create")
     for request in (TIOCSTI, TIOCLINUX):
         rules.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     for flag in CLONE_NEW:  # a new namespace by clone's flags, as unshare would
@@ -290,9 +349,10 @@ MS_NOSUID, MS_NODEV, MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 2, 4, 1, 32, 4096,
 def private_scratch(scratch_mib: int) -> None:
     """In a session's warden, under bubblewrap: a user, mount and IPC namespace of the session's own,
     fresh /tmp and /dev/shm of ``scratch_mib`` each, the modules bound under them bound again read-only
-    (with the folders that lead to them), and every capability the new namespace gave dropped. Nothing
-    an earlier session wrote, and no System V or POSIX queue or segment of it, is there; nothing this one
-    writes outlives it."""
+    (with the folders that lead to them). Nothing an earlier session wrote, and no System V or POSIX
+    queue or segment of it, is there; nothing this one writes outlives it. The warden keeps the
+    capabilities the new namespace gave it (it reads its child's descriptors, :func:`usage`); the child
+    drops them (:func:`drop_capabilities`)."""
     binds = [m for m in _mount_points() if any(within(m, s) and m != s for s in SCRATCH)]
     binds = [m for m in binds if not any(within(m, o) and m != o for o in binds)]  # its sub-mounts follow
     uid, gid = os.getuid(), os.getgid()
@@ -317,7 +377,6 @@ def private_scratch(scratch_mib: int) -> None:
     for top in tops:  # the folders that lead to a module read-only too: none on sys.path is writable
         _libc_call("mount", top.encode(), top.encode(), None, MS_BIND | MS_REC, None)
         _libc_call("mount", None, top.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-    drop_capabilities()
 
 
 def _mount_points() -> list[str]:
@@ -370,7 +429,7 @@ def no_new_processes() -> None:
     process seal only: bubblewrap's needs it) RLIMIT_NPROC at the count of this user's processes now
     (which does not bind root)."""
     if not filters():  # at the count there is now, a fork is refused (not for root: the kernel's rule)
-        resource.setrlimit(resource.RLIMIT_NPROC, (users_processes(),) * 2)
+        resource.setrlimit(resource.RLIMIT_NPROC, (users_tasks(),) * 2)
         return
     import pyseccomp as sc
 

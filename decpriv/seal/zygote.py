@@ -301,6 +301,8 @@ def warden(
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:  # (its prints are flushed before its end below: os._exit skips that)
+            if seal == "bubblewrap":  # the warden keeps its own, to count what the child holds
+                sandbox.drop_capabilities()
             if sandbox.filters():  # under bubblewrap, over the zygote's: no mount, no namespace
                 sandbox.system_calls().load()
             limits.apply()
@@ -314,9 +316,9 @@ def warden(
     lifeline = socket.socket(fileno=lifeline_fd)
     ended = os.pidfd_open(child)
     with suppress(OSError):
-        if ended in select.select([lifeline, ended], [], [])[0]:
-            _, status = os.waitpid(child, 0)
-            lifeline.send(_how(status).encode() + b"\n")
+        said = watch(child, ended, lifeline, limits, seal == "bubblewrap")
+        if said:
+            lifeline.send(said.encode() + b"\n")
         lifeline.recv(1)
     with suppress(ProcessLookupError):
         os.kill(child, signal.SIGKILL)
@@ -324,6 +326,28 @@ def warden(
     with suppress(OSError):
         lifeline.send(b"\0")
     os._exit(0)
+
+
+WATCH = 0.02  # seconds between two counts of the child's memory and threads
+
+
+def watch(child: int, ended: int, lifeline: socket.socket, limits: sandbox.Limits, scratch: bool) -> str:
+    """Until the pipeline closes the lifeline (``""``) or the child ends (how: ``exit 0``), count what the
+    child holds that no rlimit bounds (shared memory, memfd files, System V segments, its scratch; its
+    threads where it runs as root), and end it past its limits (``memory BYTES``, ``threads N``)."""
+    memory = limits.memory_gib * sandbox.GIB
+    while True:
+        ready = select.select([lifeline, ended], [], [], WATCH)[0]
+        if ended in ready:
+            return _how(os.waitpid(child, 0)[1])
+        if ready:
+            return ""
+        held, threads = sandbox.usage(child, scratch)
+        if held > memory or threads > limits.threads:
+            with suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            return f"memory {held}" if held > memory else f"threads {threads}"
 
 
 def _how(status: int) -> str:
@@ -345,6 +369,13 @@ def ending(said: bytes, limits: sandbox.Limits) -> str:
         if sig == signal.SIGXFSZ:
             return f"it wrote a file past sandbox.file_mib={limits.file_mib}; raise sandbox.file_mib"
         return f"it was ended by {sig.name if sig else 'signal ' + number}"
+    if kind == "memory" and number.isdigit():
+        return (
+            f"it touched {int(number) / sandbox.GIB:.2f} GiB (shared memory and its scratch included), past "
+            f"sandbox.memory_gib={limits.memory_gib:g}; raise sandbox.memory_gib"
+        )
+    if kind == "threads" and number.isdigit():
+        return f"it ran {number} threads, past sandbox.threads={limits.threads}; raise sandbox.threads"
     if kind == "exit":
         return f"it exited with status {number}"
     return "its sandbox was ended (a signal to its process group or a crash of the zygote)"
