@@ -294,6 +294,7 @@ WAYS = {
     "sleep": lambda target: sleep_long(float(target)),
     "socket": open_socket,
     "flood": lambda target: flood(float(target)),
+    "answer": lambda target: "x" * int(float(target) * 2**20),
 }
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import pty
+import resource
 import shutil
 import socket
 import stat
@@ -354,3 +355,80 @@ def test_threads_are_bounded(escape_conf):
         RuntimeError, match=r"it ran \d+ threads, past sandbox\.threads=64; raise sandbox\.threads"
     ):
         escape(escape_conf / "run", "threads:200", more=("sandbox.threads=64",))
+
+
+@sealed
+def test_sockets_other_than_local_ones_and_the_hosts_cgroups_are_out_of_reach(escape_conf):
+    """AF_INET, AF_NETLINK, AF_PACKET and AF_VSOCK sockets refused, AF_UNIX allowed; /sys/fs/cgroup (other
+    users' groups) not there. Control: here the same sockets open and the tree lists."""
+    families = ("INET", "NETLINK", "UNIX")
+    assert {f: sandbox_attacks.open_socket(f) for f in families} == dict.fromkeys(families, "ok")
+    assert sandbox_attacks.listing("/sys/fs/cgroup") not in ("missing", "empty")
+    found = escape(
+        escape_conf / "run", *(f"socket:{f}" for f in (*families, "PACKET", "VSOCK")), "list:/sys/fs/cgroup"
+    )
+    refused = "refused EAFNOSUPPORT"
+    assert found == {
+        "socket:INET": refused, "socket:NETLINK": refused, "socket:UNIX": "ok", "socket:PACKET": refused,
+        "socket:VSOCK": refused, "list:/sys/fs/cgroup": "missing",
+    }  # fmt: skip
+
+
+@sealed
+def test_output_past_its_limit_is_dropped_and_said(escape_conf, capfd):
+    """1 MiB of newlines (9 MiB once each line is marked) under sandbox.output_kib=64: at most 64 KiB
+    relayed, then one line saying how much was dropped. Control: here the payload prints its 1 MiB."""
+    sandbox_attacks.flood(1)
+    assert capfd.readouterr().out == "\n" * 2**20
+    escape(escape_conf / "run", "flood:1", more=("sandbox.output_kib=64",))
+    out = capfd.readouterr().out
+    marked = [line for line in out.splitlines(keepends=True) if line.startswith("attack| ")]
+    notes = [line for line in marked if "bytes of output dropped" in line]
+    assert len(notes) == 1 and notes[0].endswith(", past sandbox.output_kib=64]\n")
+    assert sum(len(line) for line in marked if line not in notes) <= 64 * 1024
+    dropped = int(notes[0].split("[")[1].split()[0])
+    assert dropped + sum(len(line) for line in marked if line not in notes) == 9 * 2**20
+
+
+@sealed
+def test_an_attack_that_sleeps_ends_at_the_wall_clock_limit(escape_conf):
+    """A 30 s sleep under sandbox.wall_seconds=2 fails the run in one sentence within seconds. Control:
+    here the sleep returns."""
+    assert sandbox_attacks.sleep_long(0.5) == "woke"
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"past sandbox\.wall_seconds=2 \(in attack\.run\); raise"):
+        escape(escape_conf / "run", "sleep:30", more=("sandbox.wall_seconds=2",))
+    assert time.monotonic() - started < 25 and status(escape_conf / "run") == "failed"
+
+
+@sealed
+def test_an_answer_past_its_limit_is_refused_as_it_streams(escape_conf):
+    """A 3 MiB answer under sandbox.answer_mib=1 fails the run naming the key; under 4 it comes back."""
+    assert (
+        len(escape(escape_conf / "ok", "answer:3", more=("sandbox.answer_mib=4",))["answer:3"]) == 3 * 2**20
+    )
+    with pytest.raises(RuntimeError, match=r"its answer to attack\.run passed sandbox\.answer_mib=1 \("):
+        escape(escape_conf / "run", "answer:3", more=("sandbox.answer_mib=1",))
+
+
+def test_a_process_allowance_past_the_machines_is_refused_in_one_sentence():
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no process limit on this machine")
+    with pytest.raises(ConfigError, match=rf"^sandbox\.processes={hard}: .*more than this machine lets"):
+        sandbox.Limits.of({"processes": hard})
+
+
+def test_scratch_folders_a_killed_run_left_are_removed_at_the_next_start(tmp_path, monkeypatch):
+    """A session's folder under the process seal is named after its process: one whose process is gone
+    is removed when the next zygote starts, one whose process lives stays."""
+    monkeypatch.setattr(zygote.tempfile, "gettempdir", lambda: str(tmp_path))
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a PID that was, and is no more
+    left = tmp_path / f"decpriv-attack-{proc.pid}-abc"
+    alive = tmp_path / f"decpriv-attack-{os.getpid()}-def"
+    for folder in (left, alive):
+        folder.mkdir()
+        (folder / "file").write_text("x")
+    zygote.remove_stale_scratch()
+    assert not left.exists() and alive.exists()

@@ -25,6 +25,7 @@ import pickle
 import shutil
 import socket
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from decpriv.device import set_attack_device
 from decpriv.errors import ConfigError
 from decpriv.random import streams as rng
 from decpriv.seal import plain, sandbox, zygote
+from decpriv.seal.primitives import TooLarge
 
 THEIRS = "decpriv.seal.process: the plan the sealed process's prepare returned"
 PROCESS_SEAL = (
@@ -98,6 +100,9 @@ class Sealed:
         if self.seal == "process" and not _said_process_seal:
             _said_process_seal.append(True)
             warnings.warn(PROCESS_SEAL.format(why=zygote.why_process()), stacklevel=2)
+        self._output = processes.output
+        self._output.start(self.limits.output_kib)
+        self._waited = 0.0  # seconds the run has waited on the process (sandbox.wall_seconds)
         self._socket, self._lifeline = processes.session(module, self.limits)
         self._said = b""  # what the warden said on the lifeline (how the child ended)
         self._file = self._socket.makefile("rwb")
@@ -132,8 +137,24 @@ class Sealed:
         self._file.flush()
 
     def _receive(self, method: str) -> tuple:
+        # the wall clock counts the attack's calls, not its process's start (the zygote may still import)
+        wall = self.limits.wall_seconds if method != "start" else 0
+        started = time.monotonic()
+        self._socket.settimeout(max(wall - self._waited, 1e-3) if wall else None)
         try:
-            message = plain.load(self._file)
+            message = plain.load(self._file, self.limits.answer_mib * sandbox.MIB)
+        except TimeoutError:
+            self.close()
+            raise RuntimeError(
+                f"attack={self.name}: the run waited on its sealed attack process past "
+                f"sandbox.wall_seconds={wall:g} (in attack.{method}); raise sandbox.wall_seconds"
+            ) from None
+        except TooLarge as error:
+            self.close()
+            raise RuntimeError(
+                f"attack={self.name}: its answer to attack.{method} passed sandbox.answer_mib="
+                f"{self.limits.answer_mib} ({error.size} bytes, refused as it arrived); raise sandbox.answer_mib"
+            ) from None
         except EOFError:
             raise RuntimeError(
                 f"attack={self.name}: the sealed attack process ended during attack.{method}: "
@@ -141,6 +162,8 @@ class Sealed:
             ) from None
         except plain.NotPlain as error:
             raise NotPlainResult(self.name, method, error.kind) from None
+        finally:
+            self._waited += (time.monotonic() - started) if wall else 0
         if not well_formed(message):
             raise NotPlainResult(self.name, method, f"message {plain.type_name(message)} of another form")
         return message
@@ -229,6 +252,10 @@ class Sealed:
             self._lifeline.shutdown(socket.SHUT_WR)
         self._heard(ENDING)  # the warden answers once the tree has ended (or it is gone itself)
         self._lifeline.close()
+        note = self._output.note()
+        if note:
+            sys.stdout.write(note)
+            sys.stdout.flush()
 
 
 class ToCPU(pickle.Pickler):

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -102,8 +103,9 @@ class Zygote:
         theirs.close()
         for fd in fds[1:]:  # the filter, read by bwrap
             os.close(fd)
-        relay(self._process.stdout, "stdout")
-        relay(self._process.stderr, "stderr")
+        self.output = Output()
+        relay(self._process.stdout, "stdout", self.output)
+        relay(self._process.stderr, "stderr", self.output)
 
     def fits(self, gpu: bool) -> bool:
         return self._process.poll() is None and (gpu, seal_kind()) == (self.gpu, self.seal)
@@ -132,18 +134,58 @@ class Zygote:
         self._process.wait()
 
 
-def relay(pipe: IO[bytes], name: str) -> None:
+class Output:
+    """What the relay may still write for the current run (``sandbox.output_kib``, counted as written:
+    marker and escapes included, so printing cannot amplify past it) and what it dropped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.left, self.dropped, self.limit_kib, self.quiet_since = 0, 0, 0, time.monotonic()
+
+    def start(self, limit_kib: int) -> None:
+        with self.lock:
+            self.left, self.dropped, self.limit_kib = limit_kib * 1024, 0, limit_kib
+
+    def take(self, text: str) -> str:
+        """The part of ``text`` within what is left, whole lines only; the rest counted as dropped."""
+        with self.lock:
+            self.quiet_since = time.monotonic()
+            size = len(text.encode())
+            if size <= self.left:
+                self.left -= size
+                return text
+            kept = text.encode()[: self.left].rpartition(b"\n")[0]
+            kept = kept + b"\n" if kept else b""
+            self.left = 0
+            self.dropped += size - len(kept)
+            return kept.decode(errors="replace")
+
+    def note(self, wait: float = 1.0) -> str | None:
+        """Once the relay has been quiet a moment (up to ``wait`` s): the line saying what was dropped."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and time.monotonic() - self.quiet_since < 0.1:
+            time.sleep(0.02)
+        with self.lock:
+            dropped, self.dropped = self.dropped, 0
+        if not dropped:
+            return None
+        return f"attack| [{dropped} bytes of output dropped, past sandbox.output_kib={self.limit_kib}]\n"
+
+
+def relay(pipe: IO[bytes], name: str, output: Output) -> None:
     """Copy what the sandbox writes to ``pipe`` to this process's stream ``name``, line by line, each
     marked as the attack's and its control characters shown, not obeyed (no escape sequence of the
-    attack's reaches the user's terminal)."""
+    attack's reaches the user's terminal), within what ``output`` leaves."""
 
     def copy() -> None:
         with suppress(OSError, ValueError):  # a chunk at a time: a last line without newline shows too
             for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
                 lines = chunk.decode(errors="replace").removesuffix("\n").split("\n")
-                stream = getattr(sys, name)
-                stream.write("".join(f"attack| {shown(line)}\n" for line in lines))
-                stream.flush()
+                kept = output.take("".join(f"attack| {shown(line)}\n" for line in lines))
+                if kept:
+                    stream = getattr(sys, name)
+                    stream.write(kept)
+                    stream.flush()
 
     threading.Thread(target=copy, name=f"decpriv-attack-{name}", daemon=True).start()
 
