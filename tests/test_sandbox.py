@@ -79,8 +79,9 @@ def in_namespaces(code: str) -> str | None:
 def test_it_holds_no_privilege_and_cannot_undo_its_confinement(escape_conf):
     """No capability, no_new_privs, a seccomp filter; unmount and remount refused; nothing written; only
     its own processes. Control: in a user namespace of its own (the old seal) the same unmount works."""
-    control = in_namespaces("import sandbox_attacks as s; print(s.unmount('/proc'))")
-    assert control in (None, "ok")  # None: no user namespaces to show it in
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here to show the control in")
+    assert in_namespaces("import sandbox_attacks as s; print(s.unmount('/proc'))") == "ok"
     planted = [escape_conf / "planted.py", Path(cache_folder("")) / "declarations.pickle.planted"]
     found = escape(
         escape_conf / "run",
@@ -190,7 +191,8 @@ def test_signals_to_its_group_end_the_run_failed_in_one_sentence(escape_conf):
     ):
         escape(escape_conf / "run", "signals")
     assert status(escape_conf / "run") == "failed"
-    assert escape(escape_conf / "again", "processes")["processes"]
+    count, *first = escape(escape_conf / "again", "processes")["processes"].split(" ", 1)
+    assert int(count) <= 4 and "bwrap" in first[0]  # a new sandbox: its init, the zygote, a warden, itself
 
 
 @sealed
