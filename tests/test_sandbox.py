@@ -259,7 +259,7 @@ def test_a_bound_device_node_opens_read_write_and_maps(tmp_path, monkeypatch):
 
 def test_limits_are_refused_in_one_sentence():
     cfg, _ = api.compose_config(["sandbox.memory_gib=0"])
-    with pytest.raises(ConfigError, match=r"^sandbox\.memory_gib=0: the attack process's memory"):
+    with pytest.raises(ConfigError, match=r"^sandbox\.memory_gib=0: all memory the attack process touches"):
         from decpriv.config.validation import validate
 
         validate(cfg)
@@ -268,7 +268,9 @@ def test_limits_are_refused_in_one_sentence():
     done = run_cli("run", "sandbox.mem=1")
     assert done.returncode == 2 and "(sandbox has the keys memory_gib, cpu_seconds," in done.stderr
     listed = run_cli("list", "sandbox").stdout
-    assert "sandbox.memory_gib: 8.0  (float > 0: the attack process's memory (GiB))" in listed
+    assert "sandbox.memory_gib: 8.0  (float > 0: all memory the attack process touches, shared" in listed
+    for key in ("threads: 1024", "output_kib: 4096", "answer_mib: 8192", "wall_seconds: 0.0", "processes: 0"):
+        assert f"sandbox.{key}  (" in listed, key
 
 
 def test_a_run_folder_holding_what_the_sandbox_reads_is_refused(tmp_path, monkeypatch):
