@@ -252,6 +252,15 @@ def end_the_group() -> str:
     return "survived"
 
 
+def orphan(marker: str) -> str:
+    """Kill the parent (the session's warden, which ends the attack's tree), outlive it a second, then
+    write ``marker`` (the child's own /tmp under bubblewrap: it reads back only while alive)."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(1)
+    Path(marker).write_text("outlived")
+    return "outlived its parent"
+
+
 def chatter() -> str:
     """Print as an attack author may: a line with a terminal escape (red, then a window title), and on
     standard error a last line without its newline."""
@@ -294,6 +303,7 @@ WAYS = {
     "sleep": lambda target: sleep_long(float(target)),
     "socket": open_socket,
     "flood": lambda target: flood(float(target)),
+    "orphan": orphan,
     "answer": lambda target: "x" * int(float(target) * 2**20),
 }
 

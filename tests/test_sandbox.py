@@ -436,3 +436,28 @@ def test_scratch_folders_a_killed_run_left_are_removed_at_the_next_start(tmp_pat
         (folder / "file").write_text("x")
     zygote.remove_stale_scratch()
     assert not left.exists() and alive.exists()
+
+
+@sealed
+def test_an_attack_that_kills_its_warden_dies_with_it(escape_conf, tmp_path):
+    """The warden (which ends the session's tree) is of the same user: killing it, the attack dies too
+    and the run fails. Control: a process whose parent it kills outlives it here."""
+    marker = tmp_path / "outlived"
+    parent = os.fork()
+    if parent == 0:  # the control: a parent, and a child that kills it
+        if os.fork() == 0:
+            with contextlib.suppress(BaseException):
+                sandbox_attacks.orphan(str(marker))
+            os._exit(0)
+        time.sleep(30)
+        os._exit(0)
+    os.waitpid(parent, 0)
+    deadline = time.time() + 10
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert marker.read_text() == "outlived"
+    with pytest.raises(
+        RuntimeError, match=r"^attack=escape: the sealed attack process ended during attack\.run"
+    ):
+        escape(escape_conf / "run", "orphan:/tmp/outlived")
+    assert status(escape_conf / "run") == "failed"

@@ -195,7 +195,7 @@ def shown(text: str) -> str:
     return "".join(c if c == "\t" or (c.isprintable() and c != "\x7f") else repr(c)[1:-1] for c in text)
 
 
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 def seal_kind() -> str:
@@ -338,8 +338,13 @@ def warden(
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if seal == "bubblewrap":
         sandbox.private_scratch(limits.scratch_mib)
+    warden_pid = os.getpid()
     child = os.fork()
     if child == 0:
+        # an attack that kills its warden (same user) dies with it: no orphan outlives the session
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != warden_pid:
+            os._exit(1)
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:  # (its prints are flushed before its end below: os._exit skips that)
