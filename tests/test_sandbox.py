@@ -420,7 +420,7 @@ def test_a_process_allowance_past_the_machines_is_refused_in_one_sentence():
     if hard == resource.RLIM_INFINITY:
         pytest.skip("no process limit on this machine")
     with pytest.raises(ConfigError, match=rf"^sandbox\.processes={hard}: .*more than this machine lets"):
-        sandbox.Limits.of({"processes": hard})
+        sandbox.check({"processes": hard})
 
 
 def test_scratch_folders_a_killed_run_left_are_removed_at_the_next_start(tmp_path, monkeypatch):

@@ -57,17 +57,7 @@ class Limits:
         """The limits a config's ``sandbox`` node sets (refused in one sentence: :func:`check`)."""
         values = dict(node or {})
         check(values)
-        limits = cls(**values)
-        allowed = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-        if allowed != resource.RLIM_INFINITY and limits.processes + limits.threads > allowed:
-            raise bad_value(
-                "sandbox.processes",
-                limits.processes,
-                f"with sandbox.threads={limits.threads}, more than this machine lets one user start "
-                f"({allowed}, RLIMIT_NPROC)",
-                f"use at most {max(allowed - limits.threads, 0)}",
-            )
-        return limits
+        return cls(**values)
 
     def apply(self) -> None:
         """In the sealed child, before the attack is unpickled: its rlimits, hard and soft (it cannot raise
@@ -136,7 +126,8 @@ def _segments() -> int:
 
 
 def check(values: dict[str, Any]) -> None:
-    """Refuse an unknown ``sandbox`` key or a value its declaration refuses, in one sentence."""
+    """Refuse an unknown ``sandbox`` key, a value its declaration refuses, or processes and threads past
+    what the machine lets one user start, in one sentence."""
     hints = declared(Limits.__init__)
     for key, value in values.items():
         if key not in hints:
@@ -145,6 +136,16 @@ def check(values: dict[str, Any]) -> None:
         error = refusal(f"sandbox.{key}", hints[key], value)
         if error is not None:
             raise error
+    processes, threads = values.get("processes", Limits.processes), values.get("threads", Limits.threads)
+    allowed = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if allowed != resource.RLIM_INFINITY and processes + threads > allowed:
+        raise bad_value(
+            "sandbox.processes",
+            processes,
+            f"with sandbox.threads={threads}, more than this machine lets one user start ({allowed}, "
+            "RLIMIT_NPROC)",
+            f"use at most {max(allowed - threads, 0)}",
+        )
 
 
 def described() -> str:
