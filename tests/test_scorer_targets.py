@@ -4,6 +4,8 @@ trained hard on its own data, is refused in one sentence; one that omits a victi
 The control: the same forged finding, scored as it names its targets (the old path), does win.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,37 @@ def test_a_target_named_twice_is_refused(honest):
     doubled = Targets(findings.table.iloc[[0, 0]].reset_index(drop=True), findings.models[[0, 0]].clone())
     with pytest.raises(TargetRefused, match=r"names .* twice; each target is scored once"):
         attack.evaluate(doubled, truth, view)
+
+
+@pytest.fixture(scope="module")
+def echoed():
+    """An echo run (D-PSGD, the attacker echoes its least connected neighbour), in this process."""
+    cfg, _ = api.compose_config(["attack=echo", "protocol.rounds=3", "seed=0"])
+    setup = experiment.build(cfg)
+    outcome, view = experiment.simulate(setup)
+    return setup.attack, view, experiment.ground_truth(setup, outcome), setup.attack.run(view)
+
+
+def test_the_echo_scores_the_node_it_echoed_not_the_one_its_finding_names(echoed):
+    """The finding relabels another neighbour as the echoed one: refused; omitting the echoed node
+    scores chance for it. Control: scored as it names its targets, the relabelled node is the victim."""
+    attack, view, truth, findings = echoed
+    honest = attack.evaluate(findings, truth, view)
+    table = findings.targets.table
+    victim = findings.victim
+    other = int(table.victim[table.victim != victim].iloc[0])
+    relabelled = table.assign(view=np.where(table.victim == other, "echo_victim", "other_neighbour"))
+    forged = Targets(relabelled, findings.targets.models)
+    control = score_targets(view.model, forged, truth, "mentr", attack.thresholds, view.seeds).table
+    assert set(control[control.view == "echo_victim"].victim) == {other}  # the echo's scorer before
+    with pytest.raises(
+        TargetRefused, match=rf"'victim': {victim}, 'view': 'other_neighbour'.* node {victim} the echoed"
+    ):
+        attack.evaluate(replace(findings, targets=forged, victim=other), truth, view)
+    kept = (table.victim != victim).to_numpy()
+    omitted = replace(findings, targets=Targets(table[kept], findings.targets.models[kept]))
+    scored = attack.evaluate(omitted, truth, view)
+    rows = scored.tables["echo"] if "echo" in scored.tables else next(iter(scored.tables.values()))
+    assert (rows[rows.victim == victim].auc == 0.5).all()
+    assert scored.summary["echo_victim_mia_advantage"] == 0.0
+    assert honest.summary["echo_victim"] == victim == scored.summary["echo_victim"]
