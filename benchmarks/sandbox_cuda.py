@@ -30,7 +30,8 @@ VARIANTS = {
 
 def command(changes: dict, fd: int) -> list[str]:
     """The sandbox's command line with ``changes`` made, running the probe."""
-    base = sandbox.command(sandbox.bwrap(), True, 256, fd)
+    changes = dict(changes)  # its "extra" is taken at the first remount
+    base = sandbox.command(sandbox.bwrap(), True, fd)
     line: list[str] = []
     skip = 0
     for arg in base:
@@ -44,8 +45,8 @@ def command(changes: dict, fd: int) -> list[str]:
             line += changes["--unshare-all"]
         elif arg == "--seccomp" and "--seccomp" in changes:
             skip = 1
-        elif arg == "--remount-ro" and "extra" in changes:
-            line += [*changes["extra"], arg]
+        elif arg == "--remount-ro" and "extra" in changes:  # before the first remount only
+            line += [*changes.pop("extra"), arg]
         else:
             line.append(arg)
     return [*line, sys.executable, "-c", PROBE]

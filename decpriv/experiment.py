@@ -101,7 +101,7 @@ def build(cfg: DictConfig, sealed: bool = False) -> Setup:
     device = resolve_device(cfg.device)
     if sealed and isinstance(cfg.get("attack"), DictConfig):  # its imports overlap the build
         module = str(cfg.attack.get("_target_", "")).rpartition(".")[0] or None
-        zygote.warm(module, device.type == "cuda", int(cfg.sandbox.scratch_mib))
+        zygote.warm(module, device.type == "cuda")
     seeds = Seeds(cfg.seed)
     with errors_attributed_to("attack"):  # its module, constructor and pickling run before any data exists
         attack = build_plugin(cfg.attack) if cfg.get("attack") else None

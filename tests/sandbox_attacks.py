@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -141,6 +142,84 @@ def memory_hog(gib: float) -> str:
         return f"refused {type(error).__name__}"
 
 
+def shared_memory(gib: float) -> str:
+    """Touch ``gib`` GiB of MAP_SHARED anonymous memory (which RLIMIT_DATA does not count), a page at a
+    time, holding it."""
+    size = int(gib * 2**30)
+    area = mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
+    for at in range(0, size, mmap.PAGESIZE):
+        area[at] = 1
+    HELD.append(area)
+    return f"ok {size}"
+
+
+def memfd_memory(gib: float) -> str:
+    """Write ``gib`` GiB into memfd files of 256 MiB each (never mapped: no resident set shows them)."""
+    chunk = b"\1" * 2**24
+    for _ in range(int(gib * 4)):
+        try:
+            fd = os.memfd_create("hog")
+        except OSError as error:
+            return f"refused {errno.errorcode.get(error.errno, error.errno)}"
+        for _ in range(16):
+            os.write(fd, chunk)
+        HELD.append(fd)
+    return f"ok {int(gib * 4)} files"
+
+
+def many_threads(count: int) -> str:
+    """Start ``count`` threads that wait, holding them all; how many started."""
+    import threading
+
+    stop = threading.Event()
+    started = 0
+    try:
+        for _ in range(count):
+            threading.Thread(target=stop.wait, daemon=True).start()
+            started += 1
+    except RuntimeError:
+        pass
+    time.sleep(0.5)  # held: the warden counts them
+    stop.set()
+    return f"{started} started"
+
+
+def sleep_long(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke"
+
+
+def open_socket(family: str) -> str:
+    """Open a socket of ``family`` (INET, INET6, NETLINK, PACKET, VSOCK, UNIX)."""
+    try:
+        socket.socket(
+            getattr(socket, f"AF_{family}"), socket.SOCK_DGRAM if family != "VSOCK" else socket.SOCK_STREAM
+        ).close()
+        return "ok"
+    except OSError as error:
+        return f"refused {errno.errorcode.get(error.errno, error.errno)}"
+
+
+def flood(mib: float) -> str:
+    """Print ``mib`` MiB of newlines (each relayed line carries the marker)."""
+    sys.stdout.write("\n" * int(mib * 2**20))
+    sys.stdout.flush()
+    return "printed"
+
+
+HELD: list = []  # what the memory payloads hold (maps, memfd descriptors)
+
+
+def release() -> None:
+    """Let go of what the memory payloads hold (the controls run in the test's own process)."""
+    for held in HELD:
+        if isinstance(held, int):
+            os.close(held)
+        else:
+            held.close()
+    HELD.clear()
+
+
 def map_device(node: str) -> str:
     """Open a device node read-write and map a page of it (what CUDA does with /dev/nvidia*)."""
     try:
@@ -171,6 +250,15 @@ def end_the_group() -> str:
     os.kill(-1, signal.SIGKILL)
     os.killpg(0, signal.SIGKILL)
     return "survived"
+
+
+def orphan(marker: str) -> str:
+    """Kill the parent (the session's warden, which ends the attack's tree), outlive it a second, then
+    write ``marker`` (the child's own /tmp under bubblewrap: it reads back only while alive)."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(1)
+    Path(marker).write_text("outlived")
+    return "outlived its parent"
 
 
 def chatter() -> str:
@@ -209,6 +297,14 @@ WAYS = {
     "device": map_device,
     "spin": lambda target: spin(),
     "signals": lambda target: end_the_group(),
+    "shared": lambda target: shared_memory(float(target)),
+    "memfd": lambda target: memfd_memory(float(target)),
+    "threads": lambda target: many_threads(int(target)),
+    "sleep": lambda target: sleep_long(float(target)),
+    "socket": open_socket,
+    "flood": lambda target: flood(float(target)),
+    "orphan": orphan,
+    "answer": lambda target: "x" * int(float(target) * 2**20),
 }
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.seal.primitives import NotPlain, read_tree
+from decpriv.seal.primitives import DEFAULT_BYTES, NotPlain, read_tree
 
 PRIMITIVE = (type(None), bool, int, float, str, bytes)
 CONTAINERS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
@@ -39,10 +39,11 @@ def dumps(value: Any) -> bytes:
     return pickle.dumps(flatten(value), pickle.HIGHEST_PROTOCOL)
 
 
-def load(stream: io.BufferedIOBase) -> Any:
-    """The pipeline's side: the next message on ``stream``, built as plain data (raises :class:`NotPlain`,
-    EOFError when the stream ends before the message does)."""
-    tree = read_tree(stream)
+def load(stream: io.BufferedIOBase, limit: int = DEFAULT_BYTES) -> Any:
+    """The pipeline's side: the next message on ``stream``, at most ``limit`` bytes, built as plain data
+    (raises :class:`NotPlain`, its :class:`~decpriv.seal.primitives.TooLarge` past the limit, EOFError when the stream ends before the
+    message does)."""
+    tree = read_tree(stream, limit)
     try:
         return build(tree)
     except NotPlain:

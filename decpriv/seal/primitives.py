@@ -8,16 +8,14 @@ global, a persistent id, a dict, a set or an object is refused, so no class or f
 up. Python's own unpickler is not used: a memo index of 2**31 in its 5-byte ``LONG_BINPUT`` makes it
 zero a 34 GB array, and a declared length of gigabytes is allocated before the bytes arrive.
 
-The budget (:data:`MAX_NODES`, :data:`MAX_DEPTH`, :func:`max_bytes`) bounds the tree as
+The budget (:data:`MAX_NODES`, :data:`MAX_DEPTH`, the answer's bytes: ``sandbox.answer_mib``) bounds the tree as
 :func:`decpriv.seal.plain.build` will walk it, where a part referenced twice (a memo GET, a DUP) is walked,
 and counted, twice: 270 bytes whose memo makes each level a tuple holding the previous one twice stand
 for 2**100 values, refused in microseconds. Bytes are read in chunks as they arrive, so a declared length
 costs nothing until it is sent, and never more than the budget.
 """
 
-import os
 import struct
-from functools import cache
 from typing import Any
 
 
@@ -36,23 +34,23 @@ MAX_LONG = 1024  # bytes of one integer (a 2**8192 bound: decpriv's results hold
 CHUNK = 1 << 24  # bytes read at once: a declared length is never allocated before it arrives
 
 
-@cache
-def max_bytes() -> int:
-    """Bytes of strings and bytes in one answer, shared parts counted at each use: a quarter of the
-    physical memory (4 GiB where it cannot be read), at least 256 MiB."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        memory = 1 << 34
-    return max(memory // 4, 1 << 28)
+DEFAULT_BYTES = 8 << 30  # what an answer may hold unless sandbox.answer_mib says otherwise
+
+
+class TooLarge(NotPlain):
+    """An answer past its limit (``sandbox.answer_mib``), refused as it streams in."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"answer of at least {size} bytes")
+        self.size, self.limit = size, limit
 
 
 class _Stream:
     """The message's bytes, counted against the budget before each read from the stream. A frame
     (protocol 4+: the opcodes between large strings and bytes) is read whole, then served from memory."""
 
-    def __init__(self, stream: Any):
-        self._stream, self._left, self.started = stream, max_bytes(), False
+    def __init__(self, stream: Any, limit: int):
+        self._stream, self._left, self._limit, self.started = stream, limit, limit, False
         self._frame, self._at, self._end = b"", 0, 0
 
     def read(self, n: int) -> bytes:
@@ -63,7 +61,7 @@ class _Stream:
         if at < self._end:
             raise NotPlain("stream that is not a pickle of primitives (an opcode across a frame's end)")
         if n > self._left:
-            raise NotPlain(f"value declaring {n} bytes, past the {max_bytes()} an answer may hold")
+            raise TooLarge(self._limit - self._left + n, self._limit)
         self._left -= n
         parts = []
         while n:
@@ -130,12 +128,14 @@ OPCODES: dict[bytes, tuple[str, Any]] = {
 GLOBALS = {b"c": "global", b"\x93": "stack global", b"i": "inst"}  # named in the refusal, never looked up
 
 
-def read_tree(stream: Any) -> Any:
-    """The next tree of primitives on ``stream`` (raises :class:`NotPlain`; EOFError at its end)."""
-    source = _Stream(stream)
+def read_tree(stream: Any, limit: int = DEFAULT_BYTES) -> Any:
+    """The next tree of primitives on ``stream``, at most ``limit`` bytes read and at most as many held in
+    its strings and bytes (raises :class:`NotPlain`, :class:`TooLarge` as soon as the stream passes the
+    limit; EOFError at its end)."""
+    source = _Stream(stream, limit)
     try:
         tree = _run(source)
-    except (NotPlain, EOFError):
+    except (NotPlain, EOFError, TimeoutError):  # a timeout: the run's wall clock (sandbox.wall_seconds)
         raise
     except Exception as error:  # an empty stack, a bad index, bad UTF-8, an append to a tuple ...
         raise NotPlain(
@@ -146,10 +146,8 @@ def read_tree(stream: Any) -> Any:
         raise NotPlain(
             f"value of {nodes} parts (shared ones counted at each use), past the {MAX_NODES} allowed"
         )
-    if size > max_bytes():
-        raise NotPlain(
-            f"value of {size} bytes (shared ones counted at each use), past the {max_bytes()} allowed"
-        )
+    if size > limit:  # a part used twice counts twice: what building the values would hold
+        raise TooLarge(size, limit)
     return tree
 
 

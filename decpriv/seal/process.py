@@ -25,7 +25,7 @@ import pickle
 import shutil
 import socket
 import sys
-import tempfile
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -41,6 +41,7 @@ from decpriv.device import set_attack_device
 from decpriv.errors import ConfigError
 from decpriv.random import streams as rng
 from decpriv.seal import plain, sandbox, zygote
+from decpriv.seal.primitives import TooLarge
 
 THEIRS = "decpriv.seal.process: the plan the sealed process's prepare returned"
 PROCESS_SEAL = (
@@ -94,11 +95,14 @@ class Sealed:
         self.name, self._streams, self._plan = name, streams, THEIRS  # no plan until prepare ran there
         self.limits = limits or sandbox.Limits()
         gpu = torch.device(device).type == "cuda"
-        processes = zygote.warm(module, gpu, self.limits.scratch_mib)
+        processes = zygote.warm(module, gpu)
         self.seal = processes.seal  # bubblewrap | process, for run.json
         if self.seal == "process" and not _said_process_seal:
             _said_process_seal.append(True)
             warnings.warn(PROCESS_SEAL.format(why=zygote.why_process()), stacklevel=2)
+        self._output = processes.output
+        self._output.start(self.limits.output_kib)
+        self._waited = 0.0  # seconds the run has waited on the process (sandbox.wall_seconds)
         self._socket, self._lifeline = processes.session(module, self.limits)
         self._said = b""  # what the warden said on the lifeline (how the child ended)
         self._file = self._socket.makefile("rwb")
@@ -133,8 +137,24 @@ class Sealed:
         self._file.flush()
 
     def _receive(self, method: str) -> tuple:
+        # the wall clock counts the attack's calls, not its process's start (the zygote may still import)
+        wall = self.limits.wall_seconds if method != "start" else 0
+        started = time.monotonic()
+        self._socket.settimeout(max(wall - self._waited, 1e-3) if wall else None)
         try:
-            message = plain.load(self._file)
+            message = plain.load(self._file, self.limits.answer_mib * sandbox.MIB)
+        except TimeoutError:
+            self.close()
+            raise RuntimeError(
+                f"attack={self.name}: the run waited on its sealed attack process past "
+                f"sandbox.wall_seconds={wall:g} (in attack.{method}); raise sandbox.wall_seconds"
+            ) from None
+        except TooLarge as error:
+            self.close()
+            raise RuntimeError(
+                f"attack={self.name}: its answer to attack.{method} passed sandbox.answer_mib="
+                f"{self.limits.answer_mib} ({error.size} bytes, refused as it arrived); raise sandbox.answer_mib"
+            ) from None
         except EOFError:
             raise RuntimeError(
                 f"attack={self.name}: the sealed attack process ended during attack.{method}: "
@@ -142,6 +162,8 @@ class Sealed:
             ) from None
         except plain.NotPlain as error:
             raise NotPlainResult(self.name, method, error.kind) from None
+        finally:
+            self._waited += (time.monotonic() - started) if wall else 0
         if not well_formed(message):
             raise NotPlainResult(self.name, method, f"message {plain.type_name(message)} of another form")
         return message
@@ -152,7 +174,10 @@ class Sealed:
         try:
             self._send(("call", method, args))
         except OSError:
-            raise RuntimeError(f"the sealed attack process ended before attack.{method}") from None
+            raise RuntimeError(
+                f"attack={self.name}: the sealed attack process ended before attack.{method}: "
+                + zygote.ending(self._heard(), self.limits)
+            ) from None
         while True:
             message = self._receive(method)
             if message[0] == "stream":
@@ -227,6 +252,10 @@ class Sealed:
             self._lifeline.shutdown(socket.SHUT_WR)
         self._heard(ENDING)  # the warden answers once the tree has ended (or it is gone itself)
         self._lifeline.close()
+        note = self._output.note()
+        if note:
+            sys.stdout.write(note)
+            sys.stdout.flush()
 
 
 class ToCPU(pickle.Pickler):
@@ -389,7 +418,7 @@ def session(connection: socket.socket, limits: sandbox.Limits) -> None:
     """One forked child, under its ``limits``: the attack first, then calls until the pipeline closes the
     socket. It works in its own empty directory."""
     LIMITS[:] = [limits]
-    folder = tempfile.mkdtemp(prefix="decpriv-attack-")
+    folder = zygote.scratch_folder()
     os.chdir(folder)
     stream = connection.makefile("rwb")
 

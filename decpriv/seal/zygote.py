@@ -4,9 +4,13 @@ Started once per decpriv process (by ``decpriv run`` first thing, or at the firs
 this process but with no arguments of ours, an empty working directory and an environment reduced to
 :data:`KEPT_ENV`, inside the sandbox of :mod:`decpriv.seal.sandbox` (bubblewrap); it imports torch and the
 attack interface, then, for each message of its control socket, imports the attack's module it names
-and, when a session socket came with it, forks a warden that forks the session's child. It never receives
-anything but module names, the session's limits and sockets, so each child starts from an interpreter
-that has seen nothing of any run, in milliseconds. Its standard output and error are pipes this process
+when it is decpriv's own (a plugin's module imports in the session's child alone: its code never runs
+in the zygote, which forks every later session) and, when a session socket came with it, forks a warden
+that gives the session its own namespaces and scratch (:func:`decpriv.seal.sandbox.private_scratch`) and
+forks the session's child. It never receives anything but module names, the session's limits and
+sockets, and no folder on its import path is writable (Python's safe-path mode, ``-P``; no user site,
+``-s``; under bubblewrap nothing at all is writable to it), so each child starts from an interpreter that
+has seen nothing of any run or earlier session, in milliseconds. Its standard output and error are pipes this process
 relays (the sandbox has no terminal). Standard library only, but for the sandbox's filter.
 """
 
@@ -16,12 +20,14 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -49,7 +55,9 @@ def child_environment(seal: str) -> dict[str, str]:
     plugin beside ./conf under ``PYTHONPATH=.`` included. Scratch files go to the sandbox's own /tmp."""
     env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
     path = [str(Path(p or os.getcwd()).resolve()) for p in sys.path]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+    # only what exists: a path hook's marker (an editable install's) resolves to a folder no one made,
+    # which an attack could make in its scratch
+    env["PYTHONPATH"] = os.pathsep.join(p for p in dict.fromkeys(path) if os.path.exists(p))
     env["PYTHONUNBUFFERED"] = "1"  # the attack's prints reach the relay as they are made
     if seal == "bubblewrap":  # its home is its private /tmp (matplotlib's and fontconfig's caches)
         env["TMPDIR"] = env["HOME"] = "/tmp"
@@ -64,22 +72,23 @@ def child_environment(seal: str) -> dict[str, str]:
 
 class Zygote:
     """A clean process that only forks (:func:`serve`), in the sandbox ``seal`` names: ``bubblewrap``
-    (:mod:`decpriv.seal.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; ``scratch_mib`` the size of
-    its /tmp and /dev/shm) or ``process`` (where bubblewrap cannot run: this process made non-dumpable,
+    (:mod:`decpriv.seal.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; each session mounts its own
+    /tmp and /dev/shm) or ``process`` (where bubblewrap cannot run: this process made non-dumpable,
     the child's rlimits and filter alone)."""
 
-    def __init__(self, gpu: bool = False, scratch_mib: int = sandbox.Limits.scratch_mib):
-        self.gpu, self.scratch_mib = gpu, scratch_mib
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._folder = tempfile.TemporaryDirectory(prefix="decpriv-attack-")
         self.seal = seal_kind()
+        remove_stale_scratch()
         # the command imports torch and the attack interface (decpriv/seal/process.py), then serves
-        command = [sys.executable, "-m", "decpriv.seal.process", str(theirs.fileno()), self.seal]
+        python = [sys.executable, "-P", "-s", "-m", "decpriv.seal.process"]
+        command = [*python, str(theirs.fileno()), self.seal]
         fds = [theirs.fileno()]
         if self.seal == "bubblewrap":
             filter_fd = sandbox.seccomp_file()
             fds.append(filter_fd)
-            command = [*sandbox.command(sandbox.bwrap(), gpu, scratch_mib, filter_fd), *command]
+            command = [*sandbox.command(sandbox.bwrap(), gpu, filter_fd), *command]
         else:
             _prctl(PR_SET_DUMPABLE, 0)  # no process of this user reads our memory, fds or environment
         self._process = subprocess.Popen(
@@ -87,19 +96,19 @@ class Zygote:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=self._folder.name,
+            cwd="/",
             env=child_environment(self.seal),
             pass_fds=fds,
         )
         theirs.close()
         for fd in fds[1:]:  # the filter, read by bwrap
             os.close(fd)
-        relay(self._process.stdout, "stdout")
-        relay(self._process.stderr, "stderr")
+        self.output = Output()
+        relay(self._process.stdout, "stdout", self.output)
+        relay(self._process.stderr, "stderr", self.output)
 
-    def fits(self, gpu: bool, scratch_mib: int) -> bool:
-        wanted = (gpu, scratch_mib, seal_kind())
-        return self._process.poll() is None and wanted == (self.gpu, self.scratch_mib, self.seal)
+    def fits(self, gpu: bool) -> bool:
+        return self._process.poll() is None and (gpu, seal_kind()) == (self.gpu, self.seal)
 
     def preload(self, module: str) -> None:
         """Import the attack's module over there now (the first session then forks at once)."""
@@ -123,21 +132,60 @@ class Zygote:
         self._control.close()
         self._process.kill()
         self._process.wait()
-        self._folder.cleanup()
 
 
-def relay(pipe: IO[bytes], name: str) -> None:
+class Output:
+    """What the relay may still write for the current run (``sandbox.output_kib``, counted as written:
+    marker and escapes included, so printing cannot amplify past it) and what it dropped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.left, self.dropped, self.limit_kib, self.quiet_since = 0, 0, 0, time.monotonic()
+
+    def start(self, limit_kib: int) -> None:
+        with self.lock:
+            self.left, self.dropped, self.limit_kib = limit_kib * 1024, 0, limit_kib
+
+    def take(self, text: str) -> str:
+        """The part of ``text`` within what is left, whole lines only; the rest counted as dropped."""
+        with self.lock:
+            self.quiet_since = time.monotonic()
+            size = len(text.encode())
+            if size <= self.left:
+                self.left -= size
+                return text
+            kept = text.encode()[: self.left].rpartition(b"\n")[0]
+            kept = kept + b"\n" if kept else b""
+            self.left = 0
+            self.dropped += size - len(kept)
+            return kept.decode(errors="replace")
+
+    def note(self, wait: float = 1.0) -> str | None:
+        """Once the relay has been quiet a moment (up to ``wait`` s): the line saying what was dropped."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and time.monotonic() - self.quiet_since < 0.1:
+            time.sleep(0.02)
+        with self.lock:
+            dropped, self.dropped = self.dropped, 0
+        if not dropped:
+            return None
+        return f"attack| [{dropped} bytes of output dropped, past sandbox.output_kib={self.limit_kib}]\n"
+
+
+def relay(pipe: IO[bytes], name: str, output: Output) -> None:
     """Copy what the sandbox writes to ``pipe`` to this process's stream ``name``, line by line, each
     marked as the attack's and its control characters shown, not obeyed (no escape sequence of the
-    attack's reaches the user's terminal)."""
+    attack's reaches the user's terminal), within what ``output`` leaves."""
 
     def copy() -> None:
         with suppress(OSError, ValueError):  # a chunk at a time: a last line without newline shows too
             for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
                 lines = chunk.decode(errors="replace").removesuffix("\n").split("\n")
-                stream = getattr(sys, name)
-                stream.write("".join(f"attack| {shown(line)}\n" for line in lines))
-                stream.flush()
+                kept = output.take("".join(f"attack| {shown(line)}\n" for line in lines))
+                if kept:
+                    stream = getattr(sys, name)
+                    stream.write(kept)
+                    stream.flush()
 
     threading.Thread(target=copy, name=f"decpriv-attack-{name}", daemon=True).start()
 
@@ -147,7 +195,7 @@ def shown(text: str) -> str:
     return "".join(c if c == "\t" or (c.isprintable() and c != "\x7f") else repr(c)[1:-1] for c in text)
 
 
-PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
 def seal_kind() -> str:
@@ -173,7 +221,7 @@ def _probe(binary: str) -> str | None:
     """None where the sandbox starts (``true`` in it), else why not, in bubblewrap's words."""
     fd = sandbox.seccomp_file()
     try:
-        probe = [*sandbox.command(binary, False, 1, fd), "true"]
+        probe = [*sandbox.command(binary, False, fd), "true"]
         done = subprocess.run(probe, capture_output=True, timeout=10, check=False, pass_fds=[fd])
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap cannot start here: {error}"
@@ -202,18 +250,16 @@ def _prctl(option: int, value: int) -> None:
 _zygote: list[Zygote] = []  # this process's zygote, started at the first sealed attack (or warm())
 
 
-def warm(
-    module: str | None = None, gpu: bool = False, scratch_mib: int = sandbox.Limits.scratch_mib
-) -> Zygote:
-    """This process's zygote, started now if none runs with the device nodes (``gpu``) and scratch size
-    asked for (one with others is ended), importing the attack's ``module`` (its imports overlap the
-    caller's work)."""
-    if not _zygote or not _zygote[0].fits(gpu, scratch_mib):
+def warm(module: str | None = None, gpu: bool = False) -> Zygote:
+    """This process's zygote, started now if none runs with the device nodes (``gpu``) asked for (one
+    without them is ended), importing the attack's ``module`` where it is decpriv's own (its imports
+    overlap the caller's work)."""
+    if not _zygote or not _zygote[0].fits(gpu):
         if not _zygote:
             atexit.register(lambda: _zygote[0].close())
         else:
             _zygote[0].close()
-        _zygote[:] = [Zygote(gpu, scratch_mib)]
+        _zygote[:] = [Zygote(gpu)]
     if module is not None:
         _zygote[0].preload(module)
     return _zygote[0]
@@ -234,8 +280,9 @@ def serve(control_fd: int, seal: str, session: Callable[[socket.socket, sandbox.
         if not message:  # the pipeline's process is gone
             os._exit(0)
         asked = json.loads(message)
-        with suppress(Exception):  # a module that fails to import fails in the child, named there
-            importlib.import_module(asked["module"])
+        if ours(asked["module"]):
+            with suppress(Exception):  # a module that fails to import fails in the child, named there
+                importlib.import_module(asked["module"])
         if len(fds) != 2:
             continue
         if os.fork() == 0:
@@ -243,6 +290,41 @@ def serve(control_fd: int, seal: str, session: Callable[[socket.socket, sandbox.
             warden(fds[0], fds[1], sandbox.Limits(**asked["limits"]), seal, session)
         for fd in fds:
             os.close(fd)
+
+
+def ours(module: str) -> bool:
+    """Whether ``module`` is decpriv's own (a built-in attack), which the zygote may import: decpriv is a
+    regular package, so its submodules resolve in its own read-only folder alone."""
+    return isinstance(module, str) and module.startswith("decpriv.")
+
+
+SCRATCH_PREFIX = "decpriv-attack-"
+
+
+def scratch_folder() -> str:
+    """A session's working folder under the process seal, named after its process (under bubblewrap it
+    lies in the session's own /tmp, gone with it)."""
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+
+
+def remove_stale_scratch() -> None:
+    """Remove the working folders that sessions killed before their end left in this machine's temporary
+    folder (their process is gone)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = folder.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
+        with suppress(OSError):
+            if pid.isdigit() and folder.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def warden(
@@ -254,12 +336,21 @@ def warden(
     for the child to end, in which case it says how on the lifeline (``signal 24``, ``exit 0``); then it ends every process of the child's tree and answers ``\\0``."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if seal == "bubblewrap":
+        sandbox.private_scratch(limits.scratch_mib)
+    warden_pid = os.getpid()
     child = os.fork()
     if child == 0:
+        # an attack that kills its warden (same user) dies with it: no orphan outlives the session
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != warden_pid:
+            os._exit(1)
         os.close(lifeline_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:  # (its prints are flushed before its end below: os._exit skips that)
-            if seal == "process" and sandbox.filters():  # bubblewrap loaded it for the whole sandbox
+            if seal == "bubblewrap":  # the warden keeps its own, to count what the child holds
+                sandbox.drop_capabilities()
+            if sandbox.filters():  # under bubblewrap, over the zygote's: no mount, no namespace
                 sandbox.system_calls().load()
             limits.apply()
             session(socket.socket(fileno=session_fd), limits)
@@ -272,9 +363,9 @@ def warden(
     lifeline = socket.socket(fileno=lifeline_fd)
     ended = os.pidfd_open(child)
     with suppress(OSError):
-        if ended in select.select([lifeline, ended], [], [])[0]:
-            _, status = os.waitpid(child, 0)
-            lifeline.send(_how(status).encode() + b"\n")
+        said = watch(child, ended, lifeline, limits, seal == "bubblewrap")
+        if said:
+            lifeline.send(said.encode() + b"\n")
         lifeline.recv(1)
     with suppress(ProcessLookupError):
         os.kill(child, signal.SIGKILL)
@@ -282,6 +373,28 @@ def warden(
     with suppress(OSError):
         lifeline.send(b"\0")
     os._exit(0)
+
+
+WATCH = 0.02  # seconds between two counts of the child's memory and threads
+
+
+def watch(child: int, ended: int, lifeline: socket.socket, limits: sandbox.Limits, scratch: bool) -> str:
+    """Until the pipeline closes the lifeline (``""``) or the child ends (how: ``exit 0``), count what the
+    child holds that no rlimit bounds (shared memory, memfd files, System V segments, its scratch; its
+    threads where it runs as root), and end it past its limits (``memory BYTES``, ``threads N``)."""
+    memory = limits.memory_gib * sandbox.GIB
+    while True:
+        ready = select.select([lifeline, ended], [], [], WATCH)[0]
+        if ended in ready:
+            return _how(os.waitpid(child, 0)[1])
+        if ready:
+            return ""
+        held, threads = sandbox.usage(child, scratch)
+        if held > memory or threads > limits.threads:
+            with suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            return f"memory {held}" if held > memory else f"threads {threads}"
 
 
 def _how(status: int) -> str:
@@ -303,6 +416,13 @@ def ending(said: bytes, limits: sandbox.Limits) -> str:
         if sig == signal.SIGXFSZ:
             return f"it wrote a file past sandbox.file_mib={limits.file_mib}; raise sandbox.file_mib"
         return f"it was ended by {sig.name if sig else 'signal ' + number}"
+    if kind == "memory" and number.isdigit():
+        return (
+            f"it touched {int(number) / sandbox.GIB:.2f} GiB (shared memory and its scratch included), past "
+            f"sandbox.memory_gib={limits.memory_gib:g}; raise sandbox.memory_gib"
+        )
+    if kind == "threads" and number.isdigit():
+        return f"it ran {number} threads, past sandbox.threads={limits.threads}; raise sandbox.threads"
     if kind == "exit":
         return f"it exited with status {number}"
     return "its sandbox was ended (a signal to its process group or a crash of the zygote)"

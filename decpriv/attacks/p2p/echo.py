@@ -7,7 +7,7 @@ overfit its own data. Scored by the local generalisation error of the victim vs 
 of A over rounds, and by membership inference on the updates v sends.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Annotated, Literal
 
@@ -20,6 +20,7 @@ from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.mia import Targets, attacked_rounds, forward_many, rows_of, score_targets
 from decpriv.attacks.p2p.neighbourhood import closed, require_neighbours, require_victim, updates
+from decpriv.attacks.targets import fixed_targets
 from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.metrics.rates import hit_rate
@@ -91,20 +92,24 @@ class Echo(Attack):
                 "data", context.data.name, "no held-out set to score against", "use data with a test split"
             )
         require_neighbours(net, adv.nodes)
-        a = int(adv.nodes[0])
+        return self.echoed(net, adv.nodes)
+
+    def echoed(self, net, attackers: np.ndarray) -> int:
+        """The neighbour whose update is echoed: ``attack.victim`` or the first attacker's least
+        connected honest neighbour (public knowledge: ``prepare`` decides it, ``evaluate`` scores it)."""
+        a = int(attackers[0])
         if self.victim is not None:
             require_victim(net, a, self.victim)
             return self.victim
-        else:
-            hood = np.setdiff1d(net.neighbours(a), adv.nodes)
-            if hood.size == 0:
-                raise bad_value(
-                    "adversary.nodes",
-                    adv.nodes.tolist(),
-                    f"attacker {a} has only corrupt neighbours",
-                    "corrupt fewer nodes",
-                )
-            return int(hood[np.argmin(net.degrees[hood])])
+        hood = np.setdiff1d(net.neighbours(a), attackers)
+        if hood.size == 0:
+            raise bad_value(
+                "adversary.nodes",
+                attackers.tolist(),
+                f"attacker {a} has only corrupt neighbours",
+                "corrupt fewer nodes",
+            )
+        return int(hood[np.argmin(net.degrees[hood])])
 
     def behaviour(self, context: AttackContext, plan: int) -> Echoing:
         a = int(context.adversary.nodes[0])
@@ -131,7 +136,23 @@ class Echo(Attack):
             view.plan, watched, rounds, models, Targets(table, models.reshape(-1, models.shape[-1]))
         )
 
+    def expected(self, view: View) -> tuple[pd.DataFrame, int]:
+        """The targets, fixed by the threat model: every honest node of the first attacker's
+        neighbourhood, every round ``attack.every`` reads, the echoed one (:meth:`echoed`) marked so."""
+        a, victim = int(view.attackers[0]), self.echoed(view.network, view.attackers)
+        watched = np.setdiff1d(closed(view.network, a), view.attackers)
+        rounds = attacked_rounds(view, self.every)
+        r, v = (x.ravel() for x in np.meshgrid(rounds, watched, indexing="ij"))
+        label = np.where(v == victim, "echo_victim", "other_neighbour")
+        return pd.DataFrame({"round": r, "victim": v, "view": label, "attacker": a}), victim
+
     def evaluate(self, findings: Echoed, truth: Truth, view: View) -> Findings:
+        expected, victim = self.expected(view)
+        whose = f"attacker {int(view.attackers[0])}'s honest neighbours, node {victim} the echoed one"
+        found = findings.targets
+        table, models = fixed_targets(self.name, found.table, found.models, expected, whose)
+        table["marginalised"] = table["marginalised"].eq(True)
+        findings = replace(findings, victim=victim, targets=Targets(table, models))
         table = score_targets(view.model, findings.targets, truth, "mentr", self.thresholds, view.seeds).table
         local = truth.local
         v = torch.as_tensor(table.victim.to_numpy().copy())

@@ -31,6 +31,7 @@ from decpriv.attacks.p2p.neighbourhood import (
 from decpriv.attacks.p2p.neighbourhood import marginalise as marginalised_models
 from decpriv.attacks.p2p.null import STATISTICS, null_summary, shuffled_labels, statistics
 from decpriv.attacks.p2p.scores import SCORES, Score
+from decpriv.attacks.targets import fixed_targets
 from decpriv.config.types import Range, checked
 from decpriv.data.datasets import Dataset
 from decpriv.data.partition import LocalData
@@ -594,7 +595,45 @@ class MembershipInference(Attack):
             return fl_targets(view, rounds)
         return dl_targets(view, rounds, self.marginalize)
 
+    def expected(self, view: View) -> tuple[pd.DataFrame, str]:
+        """The targets, fixed by the threat model (not by the finding): every round the attack reads (the
+        transcript's, ``attack.every``), every view its config asks for, and every victim: a FedAvg
+        server's every user (an update it holds in the clear, and the global model), a D-PSGD attacker's
+        every honest neighbour (the lowest-index attacker adjacent to it). With what they are, in words."""
+        rounds = attacked_rounds(view, self.every)
+        if "participants" in view.public:  # the protocol's own public record: a FedAvg server's view
+            n = view.network.n
+            readable = ~encrypted_updates(view, torch.as_tensor(rows_of(view, rounds)), n).numpy()
+            r, v = np.nonzero(readable)
+            update = pd.DataFrame({"round": rounds[r], "victim": v, "view": "fl_update"})
+            r, v = (a.ravel() for a in np.meshgrid(np.arange(len(rounds)), np.arange(n), indexing="ij"))
+            glob = pd.DataFrame({"round": rounds[r], "victim": v, "view": "fl_global"})
+            table = pd.concat([update, glob], ignore_index=True).assign(attacker=-1)
+            return table, "every user of the FedAvg server's view, each round it reads"
+        victims, attackers = victims_of(view)
+        names = {
+            False: ["received"],
+            True: ["received", "marginalised", "auto"],
+            "auto": ["auto", "received"],
+        }
+        grid = pd.MultiIndex.from_product(
+            [rounds, np.arange(len(victims)), names[self.marginalize]], names=["round", "slot", "view"]
+        ).to_frame(index=False)
+        table = pd.DataFrame(
+            {
+                "round": grid["round"],
+                "victim": victims[grid.slot],
+                "view": grid.view,
+                "attacker": attackers[grid.slot],
+            }
+        )
+        return table, "the attackers' honest neighbours, each round it reads"
+
     def evaluate(self, findings: Targets, truth: Truth, view: View) -> Findings:
+        expected, whose = self.expected(view)
+        table, models = fixed_targets(self.name, findings.table, findings.models, expected, whose)
+        table["marginalised"] = table["marginalised"].eq(True)  # an omitted target: tested as received
+        findings = Targets(table, models, findings.encrypted)
         report = mia_report(
             score_targets(
                 view.model,
