@@ -28,7 +28,14 @@ import yaml
 
 from decpriv.errors import ConfigError
 from decpriv.report.grid import comparable, earlier_jobs, swept_overrides
-from decpriv.report.run_folder import completed_summary, read_status, read_table, write_atomic, write_csv
+from decpriv.report.run_folder import (
+    completed_summary,
+    holds_orphan_run,
+    read_status,
+    read_table,
+    write_atomic,
+    write_csv,
+)
 
 LEDGER = "ledger.json"
 STATUSES = (
@@ -40,8 +47,10 @@ STATUSES = (
     "interrupted",  # a signal stopped it (SIGTERM, SIGINT), or its process vanished (SIGKILL)
     "never started",  # the sweep ended (stopped, or its process killed) before this job began
     "missing",  # it ended, and its folder is gone since
-    "corrupt",  # run.json says completed beside a garbage summary.csv
+    "corrupt",  # run.json says completed beside a garbage summary.csv (a run from before the marks)
+    "damaged",  # a table its run marked is cut, changed or gone, its run.json edited or gone
 )
+UNTRUSTED = ("damaged", "corrupt")  # a job that ran and whose result no longer stands: never dropped quietly
 
 
 def _now() -> str:
@@ -217,6 +226,8 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
         return row.assign(**{k: v for k, v in values.items() if k not in row})
     if running:
         status, error = "running", ""
+    elif holds_orphan_run(folder):
+        status, error = "damaged", "damaged: its run.json is gone"
     elif ended:
         status, error = ended["status"], ended["error"]
     elif corrupt:
@@ -346,6 +357,23 @@ def job_log_line(folder: Path, text: str) -> None:
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
     with suppress(OSError), open(folder / "decpriv.log", "a") as log:
         log.write(f"[{stamp}][decpriv][INFO] - {text}\n")
+
+
+def refuse_untrusted_jobs(sweep: Path, table: pd.DataFrame) -> None:
+    """A sweep shown as a result (``report``, ``plot``, ``diff``) whose jobs include a damaged or corrupt
+    one is refused in one sentence naming the first and the resume that reruns them, never shown without
+    it."""
+    bad = table[table["status"].isin(UNTRUSTED)] if "status" in table else table.iloc[0:0]
+    if bad.empty:
+        return
+    first = bad.iloc[0]
+    error = first.get("error")
+    why = str(error) if isinstance(error, str) and error else str(first["status"])
+    raise ConfigError(
+        f"{sweep}: {len(bad)} of its {len(table)} jobs no longer hold the result they wrote (job "
+        f"{first['job']}, {why}), so the sweep is not shown as a result; rerun them in place with the sweep's "
+        f"command line and hydra.sweep.dir={sweep} resume=true (or restore what was changed)."
+    )
 
 
 def unfinished(table: pd.DataFrame, ledger: dict[str, Any] | None) -> list[str]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
-from decpriv.report.run_folder import read_status, read_summary
+from decpriv.report.run_folder import holds_orphan_run, read_status, read_summary, rerun_fix
 from decpriv.report.text import GAP
 
 COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
@@ -68,6 +68,8 @@ def _row(folder: Path) -> dict:
             warnings.warn(str(error), stacklevel=1)
             meta = {**meta, "status": "corrupt"}
     first = None  # a run that did not complete has no finding: its status says why
+    if meta.get("status") == "damaged":  # listed as damaged, with no headline: said under the table
+        warnings.warn(f"{folder}: {meta['error']}; {rerun_fix(folder)}", stacklevel=1)
     if meta.get("status") == "completed":
         first = next(iter(headline.of_run(meta, summary or None)), None)
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
@@ -88,6 +90,24 @@ def _row(folder: Path) -> dict:
     }
 
 
+def _orphans(root: Path) -> list[Path]:
+    """Run folders under ``root`` whose run.json is gone (their .hydra/ config or summary.csv is there)."""
+    found = {f.parent for f in root.rglob("summary.csv")} | {
+        f.parent.parent for f in root.rglob(".hydra/config.yaml")
+    }
+    return sorted(folder for folder in found if holds_orphan_run(folder))
+
+
+def _orphan_row(folder: Path) -> dict:
+    """A run folder whose run.json is gone: listed as damaged (never left out without a word)."""
+    warnings.warn(f"{folder}: damaged: its run.json is gone; {rerun_fix(folder)}", stacklevel=1)
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(
+        run=folder.as_posix(), status="damaged", value=None, baseline=None, better="higher", seconds=None
+    )
+    return {**row, "_fields": {"status": "damaged"}}
+
+
 def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per run folder under ``root`` (oldest first) that matches every filter."""
     root = Path(root)
@@ -99,6 +119,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
             rows.append(_row(file.parent))
         except ConfigError as error:  # one corrupt folder must not hide the others
             warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
+    rows += [_orphan_row(folder) for folder in _orphans(root)]
     filters = filters or {}
     known = set().union(*(r["_fields"] for r in rows)) if rows else set()
     for key in filters:
