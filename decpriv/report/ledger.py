@@ -155,6 +155,25 @@ def open_ledger(sweep: Path, jobs: list[list[str]], swept: list[str], kept: set[
         write_csv(sweep / "summary.csv", render(sweep, ledger))
 
 
+def finished_as_planned(sweep: Path, jobs: list[list[str]], kept: set[int]) -> bool:
+    """A resumed sweep with nothing to do: its ledger planned these very jobs and closed without a stop,
+    and every job is kept (its folder holds its completed run, intact). Then nothing is written: not the
+    ledger, not multirun.yaml, not summary.csv."""
+    if set(range(len(jobs))) - set(kept):
+        return False
+    try:
+        ledger = read_ledger(sweep)
+    except ConfigError:
+        return False
+    return (
+        ledger is not None
+        and ledger["jobs"] == [comparable(job) for job in jobs]
+        and bool(ledger.get("finished"))
+        and not ledger.get("failed")
+        and not ledger.get("stopped_by")
+    )
+
+
 def is_sweep_process(sweep: Path) -> bool:
     """Whether this process is the sweep's own (the basic launcher runs the jobs in it)."""
     with suppress(ConfigError):

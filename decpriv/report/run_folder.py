@@ -67,12 +67,21 @@ def write_atomic(path: Path, text: str, create: bool = True) -> None:
     absent (a run's own files are not: a run folder removed under a running run is not made again)."""
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
+    if _holds(path, text):  # the same bytes: not written, so its mtime stays (a resume with nothing to do)
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.stat().st_size == len(text.encode()) and path.read_bytes() == text.encode()
+    except OSError:
+        return False
 
 
 def claim_folder(path: Path | str) -> Path:
@@ -396,11 +405,20 @@ def damage(folder: Path, meta: dict[str, Any]) -> str | None:
             return f"its {name} cannot be read ({error.strerror or error})"
         if digest == mark.get("sha256"):
             continue
-        size, wrote = file.stat().st_size, mark.get("bytes")
-        if isinstance(wrote, int) and size < wrote:
-            return f"its {name} is cut ({size} of the {wrote} bytes the run wrote)"
-        return f"its {name} was changed since the run wrote it (its SHA-256 is not the one run.json marks)"
+        return _changed(file, name, mark)
     return None
+
+
+def _changed(file: Path, name: str, mark: dict[str, Any]) -> str:
+    """How a table differs from its mark: cut (fewer bytes and fewer lines than it wrote), else changed."""
+    try:
+        data = file.read_bytes()
+    except OSError as error:
+        return f"its {name} cannot be read ({error.strerror or error})"
+    wrote, rows = mark.get("bytes"), mark.get("rows")
+    if isinstance(wrote, int) and isinstance(rows, int) and len(data) < wrote and data.count(b"\n") <= rows:
+        return f"its {name} is cut ({len(data)} of the {wrote} bytes the run wrote)"
+    return f"its {name} was changed since the run wrote it (its SHA-256 is not the one run.json marks)"
 
 
 def rerun_fix(folder: Path) -> str:

@@ -121,7 +121,7 @@ class CheckedSweeper(Sweeper):
         fails, or that its launcher loses, is recorded and the other jobs go on; a stopped sweep records
         that it was stopped (the launcher cancels its jobs) and is stopped."""
         from decpriv.report.grid import job_overrides, swept_keys, with_params
-        from decpriv.report.ledger import close_ledger, open_ledger
+        from decpriv.report.ledger import close_ledger, finished_as_planned, open_ledger
         from decpriv.scheduler import folded_scheduler_warnings, stopping_signal
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -130,11 +130,13 @@ class CheckedSweeper(Sweeper):
         jobs, swept = job_overrides(parsed), swept_keys(parsed)
         facts = [f"hydra.sweeper.job_count={len(jobs)}", f"hydra.sweeper.swept_keys=[{','.join(swept)}]"]
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        if not self.prechecked:  # a preset's own sweep: decpriv run could not name the jobs it keeps
+            self.kept_jobs |= self._completed(sweep_dir, jobs)
+        if finished_as_planned(sweep_dir, jobs, self.kept_jobs):  # a resume with nothing to do: no write
+            return []
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         launcher = str(self.config.hydra.launcher.get("_target_"))
-        if not self.prechecked:  # a preset's own sweep: decpriv run could not name the jobs it keeps
-            self.kept_jobs |= self._completed(sweep_dir, jobs)
         open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
         returns = []
         try:
