@@ -268,3 +268,53 @@ def test_resuming_a_completed_run_changes_no_byte_and_no_mtime(whole_run, tmp_pa
     )
     assert "skipped: already completed" in capsys.readouterr().out
     assert _stamps(Path("r")) == before
+
+
+def _removing(monkeypatch, *names: str) -> None:
+    """Runs whose folder is named ``names[0]`` remove the folders ``names`` (relative to the run's parent)
+    just before they write their tables: a folder deleted under a running run."""
+    import shutil
+
+    from decpriv import experiment
+
+    write = experiment._write
+
+    def removed_first(setup, folder, *args, **kwargs):
+        if folder.path.name == names[0]:
+            for name in names:
+                shutil.rmtree(folder.path.parent / name)
+        return write(setup, folder, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "_write", removed_first)
+
+
+def test_a_run_whose_folder_is_removed_ends_failed_and_is_not_made_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _removing(monkeypatch, "r")
+    with pytest.raises(SystemExit) as ended:
+        main(["run", *QUICK, "hydra.run.dir=r"])
+    assert ended.value.code == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"the run folder {tmp_path / 'r'} was removed while the run ran, so nothing of this run is kept"
+        in err
+    )
+    assert not Path("r").exists()  # not completed into a folder made again without its .hydra/
+
+
+def test_a_sweep_records_a_job_removed_under_it_and_one_removed_after_it_completed(
+    tmp_path, monkeypatch, capsys
+):
+    """Job 1 removes job 0's folder (completed) and its own (running): job 1 failed, saying why; job 0
+    completed and then went missing, not 'never started'."""
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)
+    _removing(monkeypatch, "1", "0")
+    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=sw"]) == 1
+    capsys.readouterr()
+    table = pd.read_csv("sw/summary.csv")
+    assert list(table.status) == ["missing", "failed"]
+    assert table.error[0] == "it completed, and its folder sw/0 is gone since; resume=true reruns it"
+    assert "was removed while the run ran" in table.error[1]
+    assert not Path("sw/1").exists() and not Path("sw/0").exists()

@@ -38,7 +38,7 @@ class HydraJob:
     def __call__(self, cfg: DictConfig) -> None:
         # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
         from decpriv import experiment
-        from decpriv.report.ledger import keep_job, update_job
+        from decpriv.report.ledger import keep_job, record_end, update_job
         from decpriv.report.resume import already_completed, take_resume
 
         runtime = HydraConfig.get()
@@ -62,6 +62,8 @@ class HydraJob:
         finally:
             if sweep is not None:
                 update_job(sweep, runtime.job.num)
+        if sweep is not None and ended is not None and not out.is_dir():  # its folder removed under it
+            record_end(sweep, runtime.job.num, "failed", ended)
         if ended == "interrupted: SIGINT":  # Ctrl-C reached the whole group: the sweep's own line says it
             return
         if ended is not None:  # the job failed in a sweep: said on one line, the sweep goes on

@@ -249,6 +249,8 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
         status, error = "damaged", "damaged: its run.json is gone"
     elif ended:
         status, error = ended["status"], ended["error"]
+    elif seen := (ledger.get("seen") or {}).get(str(num)):  # it ended here, and its folder is gone since
+        status, error = "missing", f"it {seen}, and its folder {folder} is gone since; resume=true reruns it"
     elif corrupt:
         status, error = "corrupt", corrupt
     elif _sweep_alive(ledger):
@@ -308,6 +310,10 @@ def update_job(sweep: Path, num: int, running: bool = False) -> None:
         except (OSError, ConfigError):
             table = render(sweep, ledger)
         row = job_status_row(sweep, ledger, num, running).assign(job=num)
+        ending = str(row["status"].iloc[0])
+        if not running and ending in ("completed", "failed", "interrupted", "cancelled", "damaged"):
+            with suppress(OSError):  # how the job ended, kept: its folder removed later reads missing
+                _write_ledger(sweep, {**ledger, "seen": {**(ledger.get("seen") or {}), str(num): ending}})
         others = table[table["job"] != num] if "job" in table else table.iloc[0:0]
         # a rendering of the ledger, which readers render again: a full disk must not fail the job here
         with suppress(OSError):
