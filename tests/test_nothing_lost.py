@@ -157,6 +157,22 @@ def _edit_status(folder: Path) -> str:
     return "its run.json was edited since the run wrote it"
 
 
+def _extra_table(folder: Path) -> str:
+    (folder / "extra.csv").write_text("a,b\n1,2\n")  # shown as the run's by show, diff, api.load
+    return "its extra.csv is not a table the run wrote"
+
+
+def _other_runs_run_json(folder: Path) -> str:
+    """Another run's run.json (another seed and digest, its own nodes.csv) put in this folder."""
+    from decpriv.report.run_folder import sealed_json
+
+    meta = json.loads((folder / "run.json").read_text())
+    meta.update(seed=1, config_digest="0123456789abcdef")
+    meta["tables"]["nodes.csv"]["sha256"] = "0" * 64
+    (folder / "run.json").write_text(sealed_json(meta))
+    return "its nodes.csv was changed since the run wrote it"
+
+
 def _delete_run_json(folder: Path) -> str:
     (folder / "run.json").unlink()
     return "its run.json is gone"
@@ -171,7 +187,17 @@ def whole_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(
-    "damage", [_cut, _edit_cell, _delete_table, _edit_rows, _edit_status, _delete_run_json]
+    "damage",
+    [
+        _cut,
+        _edit_cell,
+        _delete_table,
+        _edit_rows,
+        _edit_status,
+        _extra_table,
+        _other_runs_run_json,
+        _delete_run_json,
+    ],
 )
 def test_a_damaged_run_is_refused_by_every_reader_and_resume_reruns_it(
     whole_run, tmp_path, monkeypatch, capsys, damage
@@ -208,7 +234,7 @@ def test_a_damaged_run_is_refused_by_every_reader_and_resume_reruns_it(
     # the fix it offers works: the run is rerun in place, whole again
     assert main(rerun.split()[1:]) == 0
     assert "skipped" not in capsys.readouterr().out
-    assert api.load("r").status == "completed"
+    assert api.load("r").status == "completed" and not Path("r/extra.csv").exists()
     assert main(["show", "r"]) == 0 and main(["diff", "r", "whole", "--brief"]) == 0
 
 
@@ -254,6 +280,25 @@ def test_resuming_a_completed_sweep_changes_no_byte_and_no_mtime(tmp_path, launc
     again = run_cli("run", "-m", *grid, "resume=true", cwd=tmp_path, check=True)
     assert "2 job(s) kept" in again.stdout
     assert _stamps(tmp_path / "sw") == before
+
+
+def test_a_run_json_that_is_no_runs_is_refused_with_the_rerun(whole_run, tmp_path, monkeypatch, capsys):
+    """An emptied run.json (``{}``) was read as a run of unknown status, its tables shown as a result."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(whole_run, "r")
+    Path("r/run.json").write_text("{}")
+    rerun = "decpriv run protocol.rounds=2 topology.n=4 plots=false hydra.run.dir=r resume=true"
+    for command in (
+        ["show", "r"],
+        ["report", "r"],
+        ["diff", "r", "r"],
+        ["plot", "r", "x=round", "y=test_accuracy"],
+    ):
+        line = refused(capsys, *command)
+        assert "r/run.json: unreadable or corrupt (no status: not a run's run.json)" in line and rerun in line
+    assert main(rerun.split()[1:]) == 0 and main(["show", "r"]) == 0
 
 
 def test_resuming_a_completed_run_changes_no_byte_and_no_mtime(whole_run, tmp_path, monkeypatch, capsys):

@@ -355,6 +355,8 @@ def read_status(path: Path) -> dict[str, Any]:
         raise corrupt(file, error) from None
     if not isinstance(meta, dict):
         raise corrupt(file, ValueError("not a JSON object"))
+    if "status" not in meta:  # every run.json a run wrote says its status from its first write
+        raise corrupt(file, ValueError("no status: not a run's run.json"))
     wrong = next((k for k, kind in FIELD_TYPES.items() if k in meta and not isinstance(meta[k], kind)), None)
     if wrong is not None:
         raise corrupt(file, ValueError(f"field {wrong!r} is {type(meta[wrong]).__name__}"))
@@ -393,7 +395,12 @@ def damage(folder: Path, meta: dict[str, Any]) -> str | None:
     gone or unreadable."""
     if SELF_DIGEST in meta and meta[SELF_DIGEST] != own_digest(meta):
         return "its run.json was edited since the run wrote it (its fields no longer match their SHA-256)"
-    for name, mark in (meta.get("tables") or {}).items():
+    marks = meta.get("tables") or {}
+    if marks and meta.get("status") in ("completed", "failed"):  # a table the run did not write
+        stranger = next((f.name for f in sorted(folder.glob("*.csv")) if f.name not in marks), None)
+        if stranger is not None:
+            return f"its {stranger} is not a table the run wrote (run.json marks none of that name)"
+    for name, mark in marks.items():
         if not isinstance(mark, dict) or not TABLE_NAME.fullmatch(name) or ".." in name:
             return f"its run.json marks {name!r}, which is not a table a run writes"
         file = folder / name
@@ -473,6 +480,10 @@ def read_intact(folder: Path | str) -> dict[str, Any]:
 
 def corrupt(file: Path, error: BaseException) -> ConfigError:
     detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if file.name == "run.json":  # the run's own record: rerunning it in place makes it again
+        return ConfigError(
+            f"{file}: unreadable or corrupt ({detail}); {rerun_fix(file.parent)} (or restore it)."
+        )
     return ConfigError(
         f"{file}: unreadable or corrupt ({detail}); restore the file or delete the run folder."
     )

@@ -61,15 +61,15 @@ def _row(folder: Path) -> dict:
     beside its baseline (decpriv/report/headline.py); a run without an attack, its first training metric."""
     meta = read_status(folder)
     summary = {}
-    if (folder / "summary.csv").is_file():
+    if meta.get("status") == "damaged":  # listed as damaged, with no headline: said under the table
+        warnings.warn(f"{folder}: {meta['error']}; {rerun_fix(folder)}", stacklevel=1)
+    elif (folder / "summary.csv").is_file():
         try:
             summary = read_summary(folder).to_dict()
         except ConfigError as error:  # cut or changed: listed, never as a result
             warnings.warn(str(error), stacklevel=1)
             meta = {**meta, "status": "corrupt"}
     first = None  # a run that did not complete has no finding: its status says why
-    if meta.get("status") == "damaged":  # listed as damaged, with no headline: said under the table
-        warnings.warn(f"{folder}: {meta['error']}; {rerun_fix(folder)}", stacklevel=1)
     if meta.get("status") == "completed":
         first = next(iter(headline.of_run(meta, summary or None)), None)
     fields = {**summary, **{k: v for k, v in meta.items() if isinstance(v, str | int | float)}}
