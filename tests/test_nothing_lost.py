@@ -265,6 +265,12 @@ def test_a_damaged_sweep_job_is_named_by_every_reader_and_resume_reruns_it_alone
     assert "1 job(s) kept" in rerun.stdout
     assert (tmp_path / "sw" / "0" / "run.json").read_bytes() == kept
     assert main(["report", "sw"]) == 0 and main(["diff", "sw", "whole", "--brief"]) == 0
+    (tmp_path / "sw" / "summary.csv").unlink()  # the ledger's rendering: made again by every reader
+    assert main(["show", "sw"]) == 0
+    shutil.rmtree(tmp_path / "sw" / "2")  # a completed job's folder removed: missing, never dropped quietly
+    capsys.readouterr()
+    line = refused(capsys, "plot", "sw", "x=seed", "y=test_accuracy")
+    assert "(job 2, it completed, and its folder sw/2 is gone since; resume=true reruns it)" in line
 
 
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])

@@ -72,7 +72,9 @@ def check_resumable(
     if not path.is_dir() or {p.name for p in path.iterdir()} <= {CLAIM}:
         return
     holds_run = (path / "run.json").is_file() or holds_orphan_run(path)  # a run whose run.json is gone
-    holds_sweep = (path / "multirun.yaml").is_file() or (path / "ledger.json").is_file()
+    holds_sweep = any((path / name).is_file() for name in ("multirun.yaml", "ledger.json")) or any(
+        path.glob("*/run.json")
+    )  # a sweep whose plan files are gone still holds its jobs
     if multirun and holds_run or not multirun and holds_sweep:
         what, wanted, fix = (
             ("a single run", "a sweep", "without -m") if multirun else ("a sweep", "a run", "with -m")

@@ -50,7 +50,7 @@ STATUSES = (
     "corrupt",  # run.json says completed beside a garbage summary.csv (a run from before the marks)
     "damaged",  # a table its run marked is cut, changed or gone, its run.json edited or gone
 )
-UNTRUSTED = ("damaged", "corrupt")  # a job that ran and whose result no longer stands: never dropped quietly
+UNTRUSTED = ("damaged", "corrupt", "missing")  # a job that ran and whose result is no longer there whole
 
 
 def _now() -> str:

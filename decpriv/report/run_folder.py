@@ -450,11 +450,9 @@ def rerun_fix(folder: Path) -> str:
 def holds_orphan_run(folder: Path) -> bool:
     """A run's folder whose run.json is gone: its .hydra/ config or a summary.csv, no run.json, no sweep."""
     folder = Path(folder)
-    if (
-        (folder / "run.json").exists()
-        or (folder / "ledger.json").exists()
-        or (folder / "multirun.yaml").exists()
-    ):
+    if any((folder / name).exists() for name in ("run.json", "ledger.json", "multirun.yaml")):
+        return False
+    if any(folder.glob("*/run.json")) or any(folder.glob("*/.hydra")):  # a sweep whose plan files are gone
         return False
     return (folder / ".hydra" / "config.yaml").is_file() or (folder / "summary.csv").is_file()
 

@@ -310,7 +310,11 @@ def _pictures_line(run: Path, sweep: bool) -> str | None:
 
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
-    if not (run / "run.json").is_file() and not (run / "summary.csv").is_file() and not holds_orphan_run(run):
+    if (
+        not any(p.is_file() for p in (run / "run.json", run / "summary.csv"))
+        and not has_plan(run)
+        and not holds_orphan_run(run)
+    ):
         print_error(f"{run} is not a run or sweep folder (no run.json / summary.csv).")
         return 2
     meta = read_intact(run) if not has_plan(run) else read_status(run)
