@@ -369,3 +369,21 @@ def test_a_sweep_records_a_job_removed_under_it_and_one_removed_after_it_complet
     assert table.error[0] == "it completed, and its folder sw/0 is gone since; resume=true reruns it"
     assert "was removed while the run ran" in table.error[1]
     assert not Path("sw/1").exists() and not Path("sw/0").exists()
+
+
+def test_a_sweep_whose_folder_cannot_be_written_stops_in_one_sentence(tmp_path, monkeypatch, capsys):
+    """A read-only sweep folder with jobs to run (simulated: the tests run as root, whom chmod does not
+    stop): one sentence, no traceback, no job started."""
+    from decpriv.report import ledger
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ledger, "open_ledger", read_only)
+    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=sw"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "error: the sweep folder sw cannot be written (Permission denied), and 2 of its jobs must run" in err
+    )
+    assert "Traceback" not in err and not Path("sw/0").exists()

@@ -121,7 +121,7 @@ class CheckedSweeper(Sweeper):
         fails, or that its launcher loses, is recorded and the other jobs go on; a stopped sweep records
         that it was stopped (the launcher cancels its jobs) and is stopped."""
         from decpriv.report.grid import job_overrides, swept_keys, with_params
-        from decpriv.report.ledger import close_ledger, finished_as_planned, open_ledger
+        from decpriv.report.ledger import close_ledger, finished_as_planned
         from decpriv.scheduler import folded_scheduler_warnings, stopping_signal
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -134,10 +134,7 @@ class CheckedSweeper(Sweeper):
             self.kept_jobs |= self._completed(sweep_dir, jobs)
         if finished_as_planned(sweep_dir, jobs, self.kept_jobs):  # a resume with nothing to do: no write
             return []
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        launcher = str(self.config.hydra.launcher.get("_target_"))
-        open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
+        self._open(sweep_dir, jobs, swept)
         returns = []
         try:
             with folded_scheduler_warnings(sweep_dir):
@@ -150,6 +147,25 @@ class CheckedSweeper(Sweeper):
         except OSError as error:  # a full disk, a removed folder: the ledger says so, decpriv run too
             self._stopped_by(sweep_dir, error)
         return returns
+
+    def _open(self, sweep_dir: Path, jobs: list[list[str]], swept: list[str]) -> None:
+        """multirun.yaml and the ledger, before any job; a folder that cannot be written (read-only, a full
+        disk) stops the sweep in one sentence, no job started."""
+        from decpriv.report.ledger import open_ledger
+
+        assert self.config is not None
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            open_ledger(
+                sweep_dir, jobs, swept, self.kept_jobs, str(self.config.hydra.launcher.get("_target_"))
+            )
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # after the ledger: no plan without it
+        except OSError as error:
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} cannot be written ({error.strerror or error}), and "
+                f"{len(jobs) - len(self.kept_jobs)} of its jobs must run; make it writable (chmod -R u+w "
+                f"{sweep_dir}) or free space, then run the same command again."
+            ) from None
 
     @staticmethod
     def _stopped_by(sweep_dir: Path, error: OSError) -> None:
