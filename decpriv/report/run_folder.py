@@ -396,7 +396,8 @@ def damage(folder: Path, meta: dict[str, Any]) -> str | None:
     if SELF_DIGEST in meta and meta[SELF_DIGEST] != own_digest(meta):
         return "its run.json was edited since the run wrote it (its fields no longer match their SHA-256)"
     marks = meta.get("tables") or {}
-    if marks and meta.get("status") in ("completed", "failed"):  # a table the run did not write
+    sealed = SELF_DIGEST in meta and meta.get("status") in ("completed", "failed")
+    if marks and sealed:  # a table the run did not write (a run.json from before the digest: not checked)
         stranger = next((f.name for f in sorted(folder.glob("*.csv")) if f.name not in marks), None)
         if stranger is not None:
             return f"its {stranger} is not a table the run wrote (run.json marks none of that name)"
