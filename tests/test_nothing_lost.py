@@ -387,3 +387,19 @@ def test_a_sweep_whose_folder_cannot_be_written_stops_in_one_sentence(tmp_path, 
         "error: the sweep folder sw cannot be written (Permission denied), and 2 of its jobs must run" in err
     )
     assert "Traceback" not in err and not Path("sw/0").exists()
+
+
+def test_a_sweep_whose_folder_is_removed_stops_and_says_so(tmp_path, monkeypatch, capsys):
+    """Job 1 removes the sweep's folder: job 2 is not run into a folder made again, and the sweep ends
+    (exit 1) with one sentence; it used to end 0 reading 'across 1 of 1 jobs' from job 2 alone."""
+    monkeypatch.chdir(tmp_path)
+    _removing(monkeypatch, "1", ".")
+    assert main(["run", "-m", "seed=0,1,2", *QUICK, "hydra.sweep.dir=sw"]) == 1
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())
+    assert "job 2 of 3 seed=2 not run: the sweep folder sw was removed while the sweep ran" in err
+    assert (
+        "error: the sweep folder sw was removed while the sweep ran, so its ledger and the jobs it held are gone"
+        in err
+    )
+    assert not list(Path("sw").glob("*/run.json"))

@@ -55,6 +55,10 @@ class HydraJob:
                 Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
             return
         sweep = Path(runtime.sweep.dir) if multirun else None
+        if sweep is not None and runtime.sweeper.get("job_count") and not (sweep / "ledger.json").is_file():
+            # decpriv's sweeper wrote the ledger before any job: its folder was removed under the sweep
+            print_stderr(f"[red]{line}not run:[/] the sweep folder {sweep} was removed while the sweep ran")
+            return
         if sweep is not None:
             update_job(sweep, runtime.job.num, running=True)
         try:

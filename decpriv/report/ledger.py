@@ -288,9 +288,10 @@ def _ordered(table: pd.DataFrame, ledger: dict[str, Any]) -> pd.DataFrame:
 
 @contextmanager
 def _locked(sweep: Path) -> Iterator[None]:
-    """One writer of the ledger at a time, across the sweep's processes (the jobs of a parallel launcher)."""
-    sweep.mkdir(parents=True, exist_ok=True)
-    with open(sweep / ".ledger.lock", "w") as lock:
+    """One writer of the ledger at a time, across the sweep's processes (the jobs of a parallel launcher).
+    The sweep's folder is not made here: one removed under a running sweep is not made again (the lock
+    cannot be opened: FileNotFoundError)."""
+    with open(sweep / ".ledger.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

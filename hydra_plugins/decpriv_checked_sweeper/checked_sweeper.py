@@ -108,6 +108,7 @@ class CheckedSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher = None
+        self._folder: tuple[int, int] | None = None  # the sweep folder (device, inode) the ledger is in
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -140,6 +141,7 @@ class CheckedSweeper(Sweeper):
             with folded_scheduler_warnings(sweep_dir):
                 for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
                     returns.append(self._launch(sweep_dir, block, [[*jobs[num], *facts] for num in block]))
+                    self._still_there(sweep_dir)
             close_ledger(sweep_dir)
         except KeyboardInterrupt as stop:
             close_ledger(sweep_dir, stopped_by=stopping_signal(stop))
@@ -160,12 +162,26 @@ class CheckedSweeper(Sweeper):
                 sweep_dir, jobs, swept, self.kept_jobs, str(self.config.hydra.launcher.get("_target_"))
             )
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # after the ledger: no plan without it
+            self._folder = (sweep_dir.stat().st_dev, sweep_dir.stat().st_ino)
         except OSError as error:
             raise SweepStopped(
                 f"error: the sweep folder {sweep_dir} cannot be written ({error.strerror or error}), and "
                 f"{len(jobs) - len(self.kept_jobs)} of its jobs must run; make it writable (chmod -R u+w "
                 f"{sweep_dir}) or free space, then run the same command again."
             ) from None
+
+    def _still_there(self, sweep_dir: Path) -> None:
+        """Stop the sweep when its folder was removed (a launcher may have made it again for a later job):
+        its ledger is gone, so no job of it could be recorded."""
+        try:
+            found = (sweep_dir.stat().st_dev, sweep_dir.stat().st_ino)
+        except OSError:
+            found = None
+        if found != self._folder or not (sweep_dir / "ledger.json").is_file():
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} was removed while the sweep ran, so its ledger and the "
+                "jobs it held are gone; run the sweep again."
+            )
 
     @staticmethod
     def _stopped_by(sweep_dir: Path, error: OSError) -> None:
@@ -174,6 +190,11 @@ class CheckedSweeper(Sweeper):
         from decpriv.report.ledger import close_ledger, read_ledger
         from decpriv.report.run_folder import error_text
 
+        if not sweep_dir.is_dir():
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} was removed while the sweep ran, so nothing of it is "
+                "kept (it is not made again); run the sweep again."
+            ) from None
         try:
             close_ledger(sweep_dir, failed=error_text(error))
         except OSError:
