@@ -266,7 +266,8 @@ def test_a_damaged_sweep_job_is_named_by_every_reader_and_resume_reruns_it_alone
     assert (tmp_path / "sw" / "0" / "run.json").read_bytes() == kept
     assert main(["report", "sw"]) == 0 and main(["diff", "sw", "whole", "--brief"]) == 0
     (tmp_path / "sw" / "summary.csv").unlink()  # the ledger's rendering: made again by every reader
-    assert main(["show", "sw"]) == 0
+    capsys.readouterr()
+    assert main(["show", "sw"]) == 0 and "summary.csv (3 jobs" in capsys.readouterr().out  # was silent
     shutil.rmtree(tmp_path / "sw" / "2")  # a completed job's folder removed: missing, never dropped quietly
     capsys.readouterr()
     line = refused(capsys, "plot", "sw", "x=seed", "y=test_accuracy")

@@ -331,7 +331,10 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     sweep = False
-    for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
+    files = set(run.glob("*.csv")) | (
+        {run / "summary.csv"} if has_plan(run) else set()
+    )  # a sweep's: its ledger
+    for file in sorted(files, key=lambda f: (f.stem != "summary", f.stem)):
         ledger = file.stem == "summary" and has_plan(run)
         frame = collect(run) if ledger else read_table(file)  # a sweep: its ledger, read now
         title = f"{file.name} ({len(frame)} rows)"
