@@ -449,13 +449,14 @@ def rerun_fix(folder: Path) -> str:
 
 
 def holds_orphan_run(folder: Path) -> bool:
-    """A run's folder whose run.json is gone: its .hydra/ config or a summary.csv, no run.json, no sweep."""
+    """A run's folder whose run.json is gone: a table of its run, no run.json, no sweep."""
     folder = Path(folder)
     if any((folder / name).exists() for name in ("run.json", "ledger.json", "multirun.yaml")):
         return False
     if any(folder.glob("*/run.json")) or any(folder.glob("*/.hydra")):  # a sweep whose plan files are gone
         return False
-    return (folder / ".hydra" / "config.yaml").is_file() or (folder / "summary.csv").is_file()
+    # its summary.csv, or its .hydra/ beside a table (.hydra/ alone: a job that never began its run)
+    return (folder / "summary.csv").is_file() or (folder / ".hydra").is_dir() and any(folder.glob("*.csv"))
 
 
 def read_intact(folder: Path | str) -> dict[str, Any]:

@@ -91,10 +91,8 @@ def _row(folder: Path) -> dict:
 
 
 def _orphans(root: Path) -> list[Path]:
-    """Run folders under ``root`` whose run.json is gone (their .hydra/ config or summary.csv is there)."""
-    found = {f.parent for f in root.rglob("summary.csv")} | {
-        f.parent.parent for f in root.rglob(".hydra/config.yaml")
-    }
+    """Run folders under ``root`` whose run.json is gone (a table of theirs is there)."""
+    found = {f.parent for f in root.rglob("summary.csv")} | {f.parent for f in root.rglob(".hydra")}
     return sorted(folder for folder in found if holds_orphan_run(folder))
 
 
