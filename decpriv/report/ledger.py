@@ -150,6 +150,7 @@ def open_ledger(sweep: Path, jobs: list[list[str]], swept: list[str], kept: set[
         "finished": None,
         "stopped_by": None,
     }
+    sweep.mkdir(parents=True, exist_ok=True)  # the sweep's folder is made here, at its opening, only
     with _locked(sweep):
         _write_ledger(sweep, ledger)
         write_csv(sweep / "summary.csv", render(sweep, ledger))
