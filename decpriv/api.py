@@ -44,10 +44,11 @@ class RunResult:
 def load(path: Path | str) -> RunResult:
     """Read a run folder's status and every CSV table in it."""
     path = Path(path)
-    from decpriv.report.run_folder import read_status, read_table
+    from decpriv.report.run_folder import read_intact, read_table
 
+    meta = read_intact(path)  # a damaged run, or one whose run.json is gone, is refused
     tables = {file.stem: read_table(file) for file in sorted(path.glob("*.csv"))}
-    return RunResult(path, read_status(path).get("status", "unknown"), tables)
+    return RunResult(path, meta.get("status", "unknown"), tables)
 
 
 def compose_job(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict, DictConfig]:

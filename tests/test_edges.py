@@ -207,9 +207,9 @@ def test_diff_of_two_sweeps_compares_every_jobs_tables(tmp_path, monkeypatch, ca
     table.loc[1, "consensus_distance"] *= 1.5  # a job's history changes, its summary does not
     table.to_csv(history, index=False)
     assert main(["diff", "A", "B", "--format", "csv"]) == 2  # not the table its run wrote: refused
-    assert "1/history.csv: changed since the run wrote it" in capsys.readouterr().err
+    assert "(job 1, damaged: its history.csv was changed since the run wrote it" in capsys.readouterr().err
     meta = json.loads((history.parent / "run.json").read_text())
-    del meta["tables"]["history.csv"]  # as a run written before run.json marked its tables
+    del meta["tables"]["history.csv"], meta["run_json_sha256"]  # as a run from before the marks
     (history.parent / "run.json").write_text(json.dumps(meta))
     assert main(["diff", "A", "B", "--format", "csv"]) == 1
     rows = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))

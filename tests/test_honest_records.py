@@ -51,16 +51,16 @@ def test_a_summary_cut_mid_row_is_refused_by_every_reader(whole, tmp_path, monke
     size = (run / "summary.csv").stat().st_size
     _cut(run / "summary.csv", size - 9)  # the last cells cut: it still parses as one row
     assert len(pd.read_csv(run / "summary.csv")) == 1  # what readers used to show as the result
-    said = f"{run / 'summary.csv'}: cut: it holds {size - 9} of the {size} bytes (1 rows) the run wrote"
+    said = f"{run}: damaged: its summary.csv is cut ({size - 9} of the {size} bytes the run wrote)"
     for command in (["show", str(run)], ["report", str(run)], ["diff", str(whole), str(run)]):
         assert main(command) == 2, command
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and said in err, (command, err)
-    with pytest.raises(ConfigError, match="cut: it holds"):
+    with pytest.raises(ConfigError, match="its summary.csv is cut"):
         load(run)
-    with pytest.warns(UserWarning, match="cut: it holds"):
+    with pytest.warns(UserWarning, match="its summary.csv is cut"):
         table = index(tmp_path)
-    assert list(table.status) == ["corrupt"] and table.headline.iloc[0] == ""
+    assert list(table.status) == ["damaged"] and table.headline.iloc[0] == ""
     digest = json.loads((run / "run.json").read_text())["config_digest"]
     assert not already_completed(run, digest)  # resume=true reruns it
 
@@ -69,7 +69,7 @@ def test_a_summary_cut_in_its_header_or_changed_is_one_sentence(whole, tmp_path,
     run = _copy(whole, tmp_path)
     _cut(run / "summary.csv", 40)
     assert main(["report", str(run)]) == 2  # was a raw IndexError
-    assert "cut: it holds 40 of the" in capsys.readouterr().err
+    assert "damaged: its summary.csv is cut (40 of the" in capsys.readouterr().err
     other = _copy(whole, tmp_path, "changed")
     text = (other / "summary.csv").read_text()
     (other / "summary.csv").write_text(text.replace(",completed,", ",completed,", 1).replace("0.", "1.", 1))
@@ -80,7 +80,7 @@ def test_a_summary_cut_in_its_header_or_changed_is_one_sentence(whole, tmp_path,
 def test_a_summary_without_a_row_and_without_a_mark_is_refused_not_an_index_error(whole, tmp_path, capsys):
     run = _copy(whole, tmp_path)
     meta = json.loads((run / "run.json").read_text())
-    del meta["tables"]  # a run written before the marks
+    del meta["tables"], meta["run_json_sha256"]  # a run written before the marks
     (run / "run.json").write_text(json.dumps(meta))
     header = (run / "summary.csv").read_text().splitlines()[0]
     (run / "summary.csv").write_text(header + "\n")
@@ -162,7 +162,7 @@ def test_a_sweep_without_its_plan_files_never_takes_a_verdict_for_a_swept_key(wh
         summary["verdict"] = summary["verdict"] + f" (seed {seed})"
         summary.to_csv(job / "summary.csv", index=False)
         meta = json.loads((job / "run.json").read_text())
-        del meta["tables"]  # edited here: as a run from before the marks
+        del meta["tables"], meta["run_json_sha256"]  # edited here: as a run from before the marks
         (job / "run.json").write_text(json.dumps({**meta, "started": "2999-01-01T00:00:00"}))
     open_ledger(sweep, [[f"seed={s}"] for s in (0, 1)], ["seed"], set(), "basic")
     close_ledger(sweep)

@@ -63,7 +63,9 @@ def test_every_planned_job_has_a_row_and_each_status_by_hand(tmp_path):
     assert list(table.status) == ["completed", "interrupted", "cancelled", "never started", "never started"]
     assert table.error[2].startswith("no result; the scheduler's state: CANCELLED by 0 (interrupted")
     assert "stopped (SIGTERM)" in table.error[4] and table.acc[0] == 0.5
-    (tmp_path / "0" / "run.json").unlink()  # a finished job's folder removed afterwards
+    (tmp_path / "0" / "run.json").unlink()  # a finished job's run.json removed afterwards: damaged
+    assert _statuses(tmp_path)[0] == "damaged"
+    shutil.rmtree(tmp_path / "0")  # its whole folder: missing
     assert _statuses(tmp_path)[0] == "missing"
 
 

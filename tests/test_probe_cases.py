@@ -120,12 +120,16 @@ def test_a_resumed_preset_sweep_keeps_its_completed_jobs(tmp_path, monkeypatch, 
     Path("conf/experiment/sweep.yaml").write_text(sweep)
     line = ["run", "-m", "experiment=sweep", "topology.n=4", "~attack", "plots=false", "hydra.sweep.dir=ps"]
     assert main(line) == 0
-    files = [p for p in sorted(Path("ps").glob("[01]/**/*")) if p.is_file()]
+    files = [p for p in sorted(Path("ps").rglob("*")) if p.is_file()]
     runs = [(p.read_bytes(), p.stat().st_mtime_ns) for p in files]
-    assert main([*line, "resume=true"]) == 0  # no job launched: Hydra writes .hydra/ (the ledger's) for none
+    # nothing to do: no job launched, and not a byte written (ledger, multirun.yaml, summary.csv: issue 54)
+    assert main([*line, "resume=true"]) == 0
     assert [(p.read_bytes(), p.stat().st_mtime_ns) for p in files] == runs
-    assert json.loads(Path("ps/ledger.json").read_text())["kept"] == [0, 1]
+    Path("ps/1/nodes.csv").unlink()
+    assert main([*line, "resume=true"]) == 0  # job 1 damaged: rerun; job 0 found completed by the sweeper
+    assert json.loads(Path("ps/ledger.json").read_text())["kept"] == [0]
     assert Path("ps/summary.csv").read_text().splitlines()[1].startswith("0,completed,2,")
+    assert Path("ps/summary.csv").read_text().splitlines()[2].startswith("1,completed,3,")
 
 
 def test_a_key_of_another_option_and_a_hook_that_takes_no_graph(tmp_path, monkeypatch, capsys):

@@ -38,7 +38,7 @@ class HydraJob:
     def __call__(self, cfg: DictConfig) -> None:
         # The pipeline (torch) is imported here, not at the top, so report/plot/runs/diff start quickly.
         from decpriv import experiment
-        from decpriv.report.ledger import keep_job, update_job
+        from decpriv.report.ledger import keep_job, record_end, update_job
         from decpriv.report.resume import already_completed, take_resume
 
         runtime = HydraConfig.get()
@@ -55,6 +55,10 @@ class HydraJob:
                 Console().print(f"{line}[dim]skipped: already completed in {out}[/]", highlight=False)
             return
         sweep = Path(runtime.sweep.dir) if multirun else None
+        if sweep is not None and runtime.sweeper.get("job_count") and not (sweep / "ledger.json").is_file():
+            # decpriv's sweeper wrote the ledger before any job: its folder was removed under the sweep
+            print_stderr(f"[red]{line}not run:[/] the sweep folder {sweep} was removed while the sweep ran")
+            return
         if sweep is not None:
             update_job(sweep, runtime.job.num, running=True)
         try:
@@ -62,6 +66,8 @@ class HydraJob:
         finally:
             if sweep is not None:
                 update_job(sweep, runtime.job.num)
+        if sweep is not None and ended is not None and not out.is_dir():  # its folder removed under it
+            record_end(sweep, runtime.job.num, "failed", ended)
         if ended == "interrupted: SIGINT":  # Ctrl-C reached the whole group: the sweep's own line says it
             return
         if ended is not None:  # the job failed in a sweep: said on one line, the sweep goes on

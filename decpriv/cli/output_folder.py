@@ -66,13 +66,15 @@ def check_resumable(
     """``resume=true`` finishes the run or sweep a folder holds, never another: a sweep resumes into a
     sweep's folder with the same jobs (more may be appended), a run into a run's folder of the same config
     (``digest``; another config would replace its tables)."""
-    from decpriv.report.run_folder import CLAIM
+    from decpriv.report.run_folder import CLAIM, holds_orphan_run
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if not path.is_dir() or {p.name for p in path.iterdir()} <= {CLAIM}:
         return
-    holds_run = (path / "run.json").is_file()
-    holds_sweep = (path / "multirun.yaml").is_file() or (path / "ledger.json").is_file()
+    holds_run = (path / "run.json").is_file() or holds_orphan_run(path)  # a run whose run.json is gone
+    holds_sweep = any((path / name).is_file() for name in ("multirun.yaml", "ledger.json")) or any(
+        path.glob("*/run.json")
+    )  # a sweep whose plan files are gone still holds its jobs
     if multirun and holds_run or not multirun and holds_sweep:
         what, wanted, fix = (
             ("a single run", "a sweep", "without -m") if multirun else ("a sweep", "a run", "with -m")
@@ -103,11 +105,11 @@ def _check_same_run(folder: Path, overrides: list[str], digest: str) -> None:
     from decpriv.report.resume import run_digest
 
     ran = run_digest(folder)
-    if ran is None or ran == digest:
-        return
     before = comparable(_earlier_overrides(folder))
     now = comparable(overrides)
     gone, new = [o for o in before if o not in now], [o for o in now if o not in before]
+    if ran == digest or ran is None and not (gone or new):  # no digest (run.json gone): its overrides
+        return
     said = (
         f"it ran {' '.join(gone) or 'without those overrides'} where this command runs "
         f"{' '.join(new) or 'without them'}"

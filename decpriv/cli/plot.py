@@ -35,14 +35,20 @@ def switch(key: str, value: str | None) -> bool | None:
 def _plotted_table(target: Path, name: str | None, y: str) -> tuple[object, object]:
     """The table to plot (a sweep's completed jobs, or a run's NAME.csv) and the headline's baseline."""
     from decpriv.report.aggregate import headline_first, load_sweep
-    from decpriv.report.run_folder import read_table
+    from decpriv.report.ledger import has_plan, refuse_untrusted_jobs
+    from decpriv.report.run_folder import holds_orphan_run, read_intact, read_table
 
-    if name is None and not (target / "run.json").is_file():
+    if name is None and not (target / "run.json").is_file() and not holds_orphan_run(target):
         sweep = load_sweep(target)
+        refuse_untrusted_jobs(target, sweep.table)  # a damaged job is not dropped quietly
         done = sweep.completed
         # the headline among the first columns a refusal of an unknown y= lists
         order = dict.fromkeys(["job", *sweep.keys, *headline_first(list(done.columns), sweep.headline)])
         return done[list(order)], sweep.headline_of(y)
+    if (target / "run.json").is_file() or holds_orphan_run(target):
+        read_intact(target)
+    elif has_plan(target):  # a sweep's own table (table=summary): its jobs as they stand
+        refuse_untrusted_jobs(target, load_sweep(target).table)
     file = target / f"{name or 'history'}.csv"
     if not file.is_file():
         raise ConfigError(f"table={name}: {file} does not exist; choose a CSV table of {target}")

@@ -1,13 +1,17 @@
 """A verifiable ledger of FedAvg/FedSGD updates: the "Privacy in DML" slides' blockchain-based gradient
 exchange, simulated as what it guarantees (integrity), not as a consensus network.
 
-Each round t every chosen client u posts a hash commitment c_u = SHA-256(t, u, r_u, update_u) on the chain
-itself, with a fresh 32-byte nonce r_u from the operating system (``secrets``: hiding as far as SHA-256
+Each round t every chosen client u posts a hash commitment c_u = SHA-256(tag, t, u, dtype, shape, |r_u|,
+r_u, update_u) on the chain itself, each field length-prefixed after a domain tag (:func:`commitment`): an
+opening binds its bytes and how they are read, so the same bytes published as int32, reshaped, or with
+the nonce's boundary moved open nothing, with a fresh 32-byte nonce r_u from the operating system (``secrets``: hiding as far as SHA-256
 behaves as a random oracle, binding by its collision resistance; Halevi and Micali, CRYPTO 1996; a nonce
 drawn from the run's seed would hide nothing from whoever knows the config), and sends the opening
 (update_u, r_u) to the aggregator. The aggregator appends a block: the previous block's hash, the round's
 commitments, the openings it aggregated and the aggregate. Every client verifies the block against what
-the clients posted (:func:`verify`): it links to the chain's head, it lists exactly the round's clients,
+the clients posted (:func:`verify`): it is well formed (its round, client ids, nonce lengths, the dtype
+and shape of its openings and aggregate are the ones the clients know; anything else is rejected in a
+sentence, never a crash), it links to the chain's head, it lists exactly the round's clients,
 each once, with the commitment each posted itself (a client checks its own), every listed client is
 opened exactly once and nobody else, every opening matches its commitment, and the aggregate is the
 n_u-weighted mean of the openings, recomputed bit for bit (NaN equal to NaN: an honest update that
@@ -48,13 +52,40 @@ if TYPE_CHECKING:
 
 GENESIS = bytes(32)
 NONCE_BYTES = 32
+# format 2: dtype, shape and nonce length bound, each field framed (format 1 hashed round, client, nonce
+# and the update's raw bytes back to back: the same bytes read as another dtype or shape opened it)
+FORMAT = 2
+COMMITMENT_TAG = b"decpriv/update-ledger/commitment/v2"
+BLOCK_TAG = b"decpriv/update-ledger/block/v2"
+
+
+def _framed(*fields: bytes) -> bytes:
+    """Each field preceded by its length (8 bytes): no field's end can move into the next."""
+    return b"".join(len(f).to_bytes(8, "little") + f for f in fields)
+
+
+def _array_fields(array: np.ndarray) -> tuple[bytes, bytes, bytes]:
+    """An array as its dtype, its shape and its bytes: all three, so bytes read another way differ."""
+    array = np.ascontiguousarray(array)
+    shape = np.asarray(array.shape, dtype="<i8").tobytes()
+    return array.dtype.str.encode(), shape, array.tobytes()
 
 
 def commitment(round_: int, client: int, nonce: bytes, update: np.ndarray) -> bytes:
-    """SHA-256 over the round, the client, the nonce and the update's bytes as sent."""
-    digest = hashlib.sha256(round_.to_bytes(8, "little") + client.to_bytes(8, "little") + nonce)
-    digest.update(np.ascontiguousarray(update).tobytes())
-    return digest.digest()
+    """SHA-256 of the domain tag, the round, the client, the update's dtype and shape, the nonce (its
+    length with it) and the update's bytes, each field length-prefixed."""
+    head = (COMMITMENT_TAG, int(round_).to_bytes(8, "little", signed=True), int(client).to_bytes(8, "little"))
+    dtype, shape, data = _array_fields(update)
+    return hashlib.sha256(_framed(*head, dtype, shape, bytes(nonce), data)).digest()
+
+
+@dataclass(frozen=True)
+class UpdateForm:
+    """What every client knows of an update before any block: its dtype and its number of values (the
+    model is public)."""
+
+    dtype: np.dtype
+    values: int
 
 
 def weighted_mean(openings: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -74,13 +105,16 @@ class Block:
     nonces: tuple[bytes, ...]
     openings: np.ndarray  # (j, p) the updates it says it aggregated
     aggregate: np.ndarray  # (p,) float64
+    format: int = FORMAT  # the commitment encoding: a verifier accepts its own only
 
     def digest(self) -> bytes:
-        h = hashlib.sha256(self.round.to_bytes(8, "little") + self.previous)
-        h.update(self.clients.astype(np.int64).tobytes() + b"".join(self.commitments))
-        h.update(self.opened.astype(np.int64).tobytes() + b"".join(self.nonces))
-        h.update(np.ascontiguousarray(self.openings).tobytes() + self.aggregate.tobytes())
-        return h.digest()
+        """The block's hash (the next block's ``previous``): every field framed, arrays with their dtype
+        and shape, after a domain tag of its own."""
+        fields = [BLOCK_TAG, int(self.round).to_bytes(8, "little", signed=True), self.previous]
+        for array in (self.clients, self.opened, self.openings, self.aggregate):
+            fields += _array_fields(array)
+        fields += [*self.commitments, *self.nonces]
+        return hashlib.sha256(_framed(*fields)).digest()
 
     def chain_bytes(self) -> int:
         """What the chain itself stores: header (round, two hashes) and the (client, commitment) pairs;
@@ -88,10 +122,22 @@ class Block:
         return 8 + 2 * 32 + len(self.clients) * (8 + 32)
 
 
-def verify(block: Block, head: bytes, weights: np.ndarray, posted: dict[int, bytes]) -> str | None:
-    """What the honest clients check; the first failure in words, None when the block is valid.
-    ``weights``: every node's public local set size; ``posted``: each of the round's clients and the
-    commitment it posted on the chain itself (a client knows its own; the round's clients are public)."""
+def verify(
+    block: Block, head: bytes, weights: np.ndarray, posted: dict[int, bytes], form: UpdateForm
+) -> str | None:
+    """What the honest clients check; the first failure in words, None when the block is valid; it never
+    raises (a block no check names is rejected with the error it caused). ``weights``: every node's
+    public local set size; ``posted``: each of the round's clients and the commitment it posted on the
+    chain itself (a client knows its own; the round's clients are public); ``form``: the updates' dtype
+    and size."""
+    try:
+        return malformed(block, form, len(weights)) or _checked(block, head, weights, posted)
+    except Exception as error:  # a malformation no check names: the nodes reject, they do not crash
+        return f"the block is malformed ({type(error).__name__}: {error})"
+
+
+def _checked(block: Block, head: bytes, weights: np.ndarray, posted: dict[int, bytes]) -> str | None:
+    """The checks of a well-formed block: chain, listing, openings, aggregate."""
     if block.previous != head:
         return "the block does not extend the chain's head"
     problem = _listed(block.clients.tolist(), block.commitments, posted) or _opened_once(block)
@@ -103,6 +149,78 @@ def verify(block: Block, head: bytes, weights: np.ndarray, posted: dict[int, byt
     recomputed = weighted_mean(block.openings, weights[block.opened])
     if not np.array_equal(recomputed, block.aggregate, equal_nan=True):
         return "the aggregate is not the weighted mean of the committed updates"
+    return None
+
+
+def malformed(block: Block, form: UpdateForm, nodes: int) -> str | None:
+    """The block's fields are of the kinds the commitments were made of, or the first that is not, in
+    words: a block reinterpreting the clients' bytes (another dtype, shape, nonce boundary) is named."""
+    if block.format != FORMAT:
+        return (
+            f"the block is in commitment format {block.format!r}, and this verifier reads format {FORMAT} "
+            "(dtype, shape and nonce length bound); an older chain is rebuilt, not verified"
+        )
+    if isinstance(block.round, bool) or not isinstance(block.round, int | np.integer) or block.round < 0:
+        return f"the block's round {block.round!r} is not a round (an integer 0 or more)"
+    if not isinstance(block.previous, bytes) or len(block.previous) != 32:
+        return "the block's link to the previous block is not a 32-byte SHA-256 hash"
+    for name in ("clients", "opened"):
+        problem = _ids(getattr(block, name), name, nodes)
+        if problem is not None:
+            return problem
+    return _framing(block) or _arrays(block, form)
+
+
+def _ids(ids: object, name: str, nodes: int) -> str | None:
+    what = {"clients": "listed clients", "opened": "opened clients"}[name]
+    if not isinstance(ids, np.ndarray) or ids.ndim != 1 or ids.dtype.kind not in "iu":
+        kind = f"{ids.dtype} of shape {ids.shape}" if isinstance(ids, np.ndarray) else type(ids).__name__
+        return f"the block's {what} are {kind}, not a list of integer client ids"
+    outside = next((int(c) for c in ids if not 0 <= c < nodes), None)
+    if outside is not None:
+        return f"the block's {what} include {outside}, and the nodes are 0..{nodes - 1}"
+    return None
+
+
+def _framing(block: Block) -> str | None:
+    """One 32-byte commitment a listed client, one nonce of NONCE_BYTES an opened client."""
+    if len(block.commitments) != len(block.clients):
+        return f"the block carries {len(block.commitments)} commitments for {len(block.clients)} clients"
+    bad = next((i for i, c in enumerate(block.commitments) if not isinstance(c, bytes) or len(c) != 32), None)
+    if bad is not None:
+        return f"client {block.clients[bad]}'s commitment in the block is not a 32-byte SHA-256 digest"
+    if len(block.nonces) != len(block.opened):
+        return f"the block carries {len(block.nonces)} nonces for {len(block.opened)} openings"
+    for client, nonce in zip(block.opened.tolist(), block.nonces, strict=True):
+        if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES:
+            size = f"{len(nonce)} bytes" if isinstance(nonce, bytes) else type(nonce).__name__
+            return f"client {client}'s nonce is {size}, not {NONCE_BYTES} bytes (the nonce's boundary moved)"
+    return None
+
+
+def _arrays(block: Block, form: UpdateForm) -> str | None:
+    """The openings are the clients' dtype, one row of ``form.values`` per opened client; the aggregate
+    float64 of ``form.values``."""
+    openings, aggregate, rows = block.openings, block.aggregate, len(block.opened)
+    if not isinstance(openings, np.ndarray) or openings.dtype != form.dtype:
+        kind = openings.dtype if isinstance(openings, np.ndarray) else type(openings).__name__
+        return f"the openings are published as {kind}, and the clients' updates are {np.dtype(form.dtype)}"
+    if openings.shape != (rows, form.values):
+        return (
+            f"the openings have shape {openings.shape}, and {rows} updates of {form.values} values have "
+            f"shape ({rows}, {form.values})"
+        )
+    if (
+        not isinstance(aggregate, np.ndarray)
+        or aggregate.dtype != np.float64
+        or aggregate.shape != (form.values,)
+    ):
+        kind = (
+            f"{aggregate.dtype} of shape {aggregate.shape}"
+            if isinstance(aggregate, np.ndarray)
+            else "not an array"
+        )
+        return f"the aggregate is {kind}, not float64 of shape ({form.values},)"
     return None
 
 
@@ -189,7 +307,8 @@ class UpdateLedger(Defense):
         posted = tuple(commitment(round_, int(u), r, x) for u, r, x in zip(order, nonces, sent, strict=True))
         block = self._aggregate(round_, order, posted, nonces, sent, sizes)
         committed = time.perf_counter()
-        failure = verify(block, self.head, sizes, dict(zip(order.tolist(), posted, strict=True)))
+        form = UpdateForm(sent.dtype, sent.shape[1])  # the clients' own updates: known before the block
+        failure = verify(block, self.head, sizes, dict(zip(order.tolist(), posted, strict=True)), form)
         self._cost["verify"] += time.perf_counter() - committed
         self._cost["commit"] += committed - clock
         self._cost["chain"] += block.chain_bytes()

@@ -30,10 +30,12 @@ from decpriv.report.aggregate import (
 )
 from decpriv.report.claims import ClaimSection, claim_html, claim_markdown, claim_section, section_images
 from decpriv.report.convergence import convergence_note
+from decpriv.report.ledger import refuse_untrusted_jobs
 from decpriv.report.plots import TRAINING_PANELS
 from decpriv.report.run_folder import (
     RunFolder,
-    read_status,
+    holds_orphan_run,
+    read_intact,
     read_summary,
     read_table,
     write_atomic,
@@ -58,6 +60,7 @@ class Document:
 
 def sweep_document(path: Path) -> Document:
     sweep = load_sweep(path)
+    refuse_untrusted_jobs(path, sweep.table)  # a damaged job is not counted as a failure quietly
     stats = aggregate(sweep)
     shown = varying_metrics(sweep) or sweep.metrics[:MAX_DEFAULT_PLOTS]
     counts = sweep.table["status"].value_counts()
@@ -126,7 +129,7 @@ def constants_fact(sweep: Sweep) -> list[str]:
 
 
 def run_document(path: Path) -> Document:
-    meta = read_status(path)
+    meta = read_intact(path)
     if meta.get("status") == "running":  # its tables are written at its end
         raise ConfigError(
             f"{path}: the run is still running (process {meta.get('pid')} on {meta.get('host')}) and writes "
@@ -282,7 +285,7 @@ def report(target: Path) -> tuple[Document, Path]:
     """Build and write the report of a sweep folder (has job folders) or a run folder (has run.json)."""
     target = Path(target)
     claim = claim_section(target)  # before anything is written: a bad claim is refused in one sentence
-    if (target / "run.json").is_file():
+    if (target / "run.json").is_file() or holds_orphan_run(target):
         doc = run_document(target)
     elif any(target.glob("*/run.json")):
         doc = sweep_document(target)

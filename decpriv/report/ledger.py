@@ -28,7 +28,14 @@ import yaml
 
 from decpriv.errors import ConfigError
 from decpriv.report.grid import comparable, earlier_jobs, swept_overrides
-from decpriv.report.run_folder import completed_summary, read_status, read_table, write_atomic, write_csv
+from decpriv.report.run_folder import (
+    completed_summary,
+    holds_orphan_run,
+    read_status,
+    read_table,
+    write_atomic,
+    write_csv,
+)
 
 LEDGER = "ledger.json"
 STATUSES = (
@@ -40,8 +47,10 @@ STATUSES = (
     "interrupted",  # a signal stopped it (SIGTERM, SIGINT), or its process vanished (SIGKILL)
     "never started",  # the sweep ended (stopped, or its process killed) before this job began
     "missing",  # it ended, and its folder is gone since
-    "corrupt",  # run.json says completed beside a garbage summary.csv
+    "corrupt",  # run.json says completed beside a garbage summary.csv (a run from before the marks)
+    "damaged",  # a table its run marked is cut, changed or gone, its run.json edited or gone
 )
+UNTRUSTED = ("damaged", "corrupt", "missing")  # a job that ran and whose result is no longer there whole
 
 
 def _now() -> str:
@@ -141,9 +150,29 @@ def open_ledger(sweep: Path, jobs: list[list[str]], swept: list[str], kept: set[
         "finished": None,
         "stopped_by": None,
     }
+    sweep.mkdir(parents=True, exist_ok=True)  # the sweep's folder is made here, at its opening, only
     with _locked(sweep):
         _write_ledger(sweep, ledger)
         write_csv(sweep / "summary.csv", render(sweep, ledger))
+
+
+def finished_as_planned(sweep: Path, jobs: list[list[str]], kept: set[int]) -> bool:
+    """A resumed sweep with nothing to do: its ledger planned these very jobs and closed without a stop,
+    and every job is kept (its folder holds its completed run, intact). Then nothing is written: not the
+    ledger, not multirun.yaml, not summary.csv."""
+    if set(range(len(jobs))) - set(kept):
+        return False
+    try:
+        ledger = read_ledger(sweep)
+    except ConfigError:
+        return False
+    return (
+        ledger is not None
+        and ledger["jobs"] == [comparable(job) for job in jobs]
+        and bool(ledger.get("finished"))
+        and not ledger.get("failed")
+        and not ledger.get("stopped_by")
+    )
 
 
 def is_sweep_process(sweep: Path) -> bool:
@@ -217,8 +246,12 @@ def job_status_row(sweep: Path, ledger: dict[str, Any], num: int, running: bool 
         return row.assign(**{k: v for k, v in values.items() if k not in row})
     if running:
         status, error = "running", ""
+    elif holds_orphan_run(folder):
+        status, error = "damaged", "damaged: its run.json is gone"
     elif ended:
         status, error = ended["status"], ended["error"]
+    elif seen := (ledger.get("seen") or {}).get(str(num)):  # it ended here, and its folder is gone since
+        status, error = "missing", f"it {seen}, and its folder {folder} is gone since; resume=true reruns it"
     elif corrupt:
         status, error = "corrupt", corrupt
     elif _sweep_alive(ledger):
@@ -256,9 +289,10 @@ def _ordered(table: pd.DataFrame, ledger: dict[str, Any]) -> pd.DataFrame:
 
 @contextmanager
 def _locked(sweep: Path) -> Iterator[None]:
-    """One writer of the ledger at a time, across the sweep's processes (the jobs of a parallel launcher)."""
-    sweep.mkdir(parents=True, exist_ok=True)
-    with open(sweep / ".ledger.lock", "w") as lock:
+    """One writer of the ledger at a time, across the sweep's processes (the jobs of a parallel launcher).
+    The sweep's folder is not made here: one removed under a running sweep is not made again (the lock
+    cannot be opened: FileNotFoundError)."""
+    with open(sweep / ".ledger.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -278,6 +312,10 @@ def update_job(sweep: Path, num: int, running: bool = False) -> None:
         except (OSError, ConfigError):
             table = render(sweep, ledger)
         row = job_status_row(sweep, ledger, num, running).assign(job=num)
+        ending = str(row["status"].iloc[0])
+        if not running and ending in ("completed", "failed", "interrupted", "cancelled", "damaged"):
+            with suppress(OSError):  # how the job ended, kept: its folder removed later reads missing
+                _write_ledger(sweep, {**ledger, "seen": {**(ledger.get("seen") or {}), str(num): ending}})
         others = table[table["job"] != num] if "job" in table else table.iloc[0:0]
         # a rendering of the ledger, which readers render again: a full disk must not fail the job here
         with suppress(OSError):
@@ -346,6 +384,23 @@ def job_log_line(folder: Path, text: str) -> None:
     stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
     with suppress(OSError), open(folder / "decpriv.log", "a") as log:
         log.write(f"[{stamp}][decpriv][INFO] - {text}\n")
+
+
+def refuse_untrusted_jobs(sweep: Path, table: pd.DataFrame) -> None:
+    """A sweep shown as a result (``report``, ``plot``, ``diff``) whose jobs include a damaged or corrupt
+    one is refused in one sentence naming the first and the resume that reruns them, never shown without
+    it."""
+    bad = table[table["status"].isin(UNTRUSTED)] if "status" in table else table.iloc[0:0]
+    if bad.empty:
+        return
+    first = bad.iloc[0]
+    error = first.get("error")
+    why = str(error) if isinstance(error, str) and error else str(first["status"])
+    raise ConfigError(
+        f"{sweep}: {len(bad)} of its {len(table)} jobs no longer hold the result they wrote (job "
+        f"{first['job']}, {why}), so the sweep is not shown as a result; rerun them in place with the sweep's "
+        f"command line and hydra.sweep.dir={sweep} resume=true (or restore what was changed)."
+    )
 
 
 def unfinished(table: pd.DataFrame, ledger: dict[str, Any] | None) -> list[str]:

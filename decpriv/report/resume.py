@@ -45,8 +45,10 @@ def _status(folder: Path) -> dict:
 
 
 def run_digest(folder: Path) -> str | None:
-    """The config digest of the run a folder holds (None: no run.json, a corrupt one, or none recorded)."""
-    found = _status(folder).get("config_digest")
+    """The config digest of the run a folder holds (None: no run.json, a corrupt or damaged one, whose
+    digest may be another run's, or none recorded)."""
+    meta = _status(folder)
+    found = meta.get("config_digest") if meta.get("status") != "damaged" else None
     return str(found) if found else None
 
 

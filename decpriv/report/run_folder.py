@@ -3,8 +3,11 @@
 Tables are written atomically (temporary file + rename) and only after every computation has finished;
 a failure while writing removes the tables already written, so none looks complete beside a failed
 run.json. Each table's mark (rows, bytes, SHA-256) goes into run.json's ``tables``, written after the
-tables; every reader (:func:`read_table`) checks a table against its mark, so a table cut or changed
-since (a full disk, a copy that stopped) is refused in one sentence, never read as the run's result. run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error; it
+tables, and run.json carries the SHA-256 of its own fields (``run_json_sha256``), so an edited status or
+mark is found too. Every reader goes through :func:`read_status`, which checks run.json and each marked
+table: a run whose table is cut, changed or gone, or whose run.json was edited, reads ``damaged`` with one
+sentence naming the damage (:func:`damage`), never ``completed``; the readers that show a result refuse it
+(:func:`read_intact`), and ``resume=true`` reruns it in place. run.json says ``running`` until the end, then ``completed`` or ``failed`` with the error; it
 also holds the host, the process id and a heartbeat, so a run killed outright (SIGKILL, power loss) reads
 as ``interrupted`` rather than ``running`` forever (:func:`read_status`).
 """
@@ -59,14 +62,26 @@ HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 600.0  # a run on another host whose heartbeat is this old is taken for dead
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_atomic(path: Path, text: str, create: bool = True) -> None:
+    """``text`` into ``path`` through a temporary file and a rename; ``create``: make the folder when
+    absent (a run's own files are not: a run folder removed under a running run is not made again)."""
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if _holds(path, text):  # the same bytes: not written, so its mtime stays (a resume with nothing to do)
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.stat().st_size == len(text.encode()) and path.read_bytes() == text.encode()
+    except OSError:
+        return False
 
 
 def claim_folder(path: Path | str) -> Path:
@@ -105,10 +120,10 @@ def claim_named_folder(path: Path | str) -> Path:
     return path
 
 
-def write_csv(path: Path, table: pd.DataFrame) -> dict[str, Any]:
+def write_csv(path: Path, table: pd.DataFrame, create: bool = True) -> dict[str, Any]:
     """Write ``table`` as CSV at ``path`` (atomically); returns its mark (rows, bytes, SHA-256)."""
     text = table.to_csv(index=False, float_format="%.10g", lineterminator="\n")
-    write_atomic(path, text)
+    write_atomic(path, text, create)
     data = text.encode()
     return {"rows": len(table), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -134,6 +149,7 @@ class RunFolder:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._identity = _identity(self.path)
         self.meta: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
@@ -143,14 +159,10 @@ class RunFolder:
 
     def start(self, seed: int, device: str, config_digest: str) -> None:
         """Mark the run ``running``; an earlier run's tables and pictures in this folder (a resumed job
-        that failed or changed) are removed first, so the folder never shows two runs' files."""
-        if (self.path / "run.json").is_file():
-            for stale in [
-                *self.path.glob("*.csv"),
-                *self.path.glob("plots/**/*.png"),
-                *self.path.glob("*.png"),
-            ]:
-                stale.unlink(missing_ok=True)
+        that failed, changed or was damaged, or whose run.json is gone) are removed first, so the folder
+        never shows two runs' files."""
+        for stale in [*self.path.glob("*.csv"), *self.path.glob("plots/**/*.png"), *self.path.glob("*.png")]:
+            stale.unlink(missing_ok=True)
         self.meta = {
             "status": "running",
             "config_digest": config_digest,
@@ -194,8 +206,9 @@ class RunFolder:
         check_table_name(name)
         if table.attrs.get("keys"):  # declared by report.findings.keyed; read back by decpriv diff
             self.meta.setdefault("table_keys", {})[name] = list(table.attrs["keys"])
+        self.check_folder()
         self.written.append(self.path / f"{name}.csv")
-        mark = write_csv(self.path / f"{name}.csv", table)
+        mark = write_csv(self.path / f"{name}.csv", table, create=False)
         self.meta.setdefault("tables", {})[f"{name}.csv"] = mark
         if self.meta.get("status") in ("completed", "failed"):
             self._write_meta()
@@ -205,6 +218,7 @@ class RunFolder:
         import matplotlib.pyplot as plt
 
         target = self.path / relative
+        self.check_folder()
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.stem}.tmp.png")
         self.written.append(target)
@@ -227,7 +241,10 @@ class RunFolder:
         self.written = []
         self.meta.pop("tables", None)
         self.meta.update(status="failed", error=error_text(error))
-        self._finish()
+        try:
+            self._finish()
+        except RunFolderGone as gone:  # nothing can say failed where the run was: the error says it
+            raise gone from error
 
     def _finish(self) -> None:
         self._stop.set()
@@ -239,7 +256,48 @@ class RunFolder:
 
     def _write_meta(self) -> None:
         with self._lock:
-            write_atomic(self.path / "run.json", json.dumps(self.meta, indent=2, default=str) + "\n")
+            self.check_folder()
+            write_atomic(self.path / "run.json", sealed_json(self.meta), create=False)
+
+    def check_folder(self) -> None:
+        """Refuse to write once the run's folder is gone (removed, or removed and made again): a run never
+        completes into a folder it did not start in."""
+        if _identity(self.path) != self._identity:
+            raise RunFolderGone(
+                f"the run folder {self.path} was removed while the run ran, so nothing of this run is kept "
+                "(its folder is not made again without its .hydra/ config); run it again"
+            )
+
+
+class RunFolderGone(OSError):
+    """The run's folder was removed (or replaced) under the running run."""
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+SELF_DIGEST = "run_json_sha256"  # run.json's own fields, hashed: an edited status or mark is found
+
+
+def own_digest(meta: dict[str, Any]) -> str:
+    """SHA-256 of run.json's fields but :data:`SELF_DIGEST`, in one canonical JSON encoding (sorted keys,
+    no spaces): the same bytes whether computed on the run's dict or on run.json read back."""
+    body = {k: v for k, v in meta.items() if k != SELF_DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sealed_json(meta: dict[str, Any]) -> str:
+    """run.json's text: ``meta`` as JSON read back (``default=str`` values as the readers see them), with
+    the digest of its own fields."""
+    body = json.loads(json.dumps(meta, default=str))
+    body[SELF_DIGEST] = own_digest(body)
+    return json.dumps(body, indent=2) + "\n"
 
 
 def error_text(error: BaseException) -> str:
@@ -297,9 +355,19 @@ def read_status(path: Path) -> dict[str, Any]:
         raise corrupt(file, error) from None
     if not isinstance(meta, dict):
         raise corrupt(file, ValueError("not a JSON object"))
+    if "status" not in meta:  # every run.json a run wrote says its status from its first write
+        raise corrupt(file, ValueError("no status: not a run's run.json"))
     wrong = next((k for k, kind in FIELD_TYPES.items() if k in meta and not isinstance(meta[k], kind)), None)
     if wrong is not None:
         raise corrupt(file, ValueError(f"field {wrong!r} is {type(meta[wrong]).__name__}"))
+    found = damage(Path(path), meta)
+    if found is not None:
+        return {
+            **meta,
+            "recorded_status": meta.get("status"),
+            "status": "damaged",
+            "error": f"damaged: {found}",
+        }
     if meta.get("status") == "running" and not _alive(meta):
         meta.update(
             status="interrupted",
@@ -309,8 +377,113 @@ def read_status(path: Path) -> dict[str, Any]:
     return meta
 
 
+_HASHED: dict[tuple, str] = {}  # (path, device, inode, size, mtime) -> SHA-256: each table hashed once
+
+
+def _sha256(file: Path) -> str:
+    """The SHA-256 of ``file``'s bytes (OSError when it cannot be read), kept while the file is unchanged."""
+    found = os.stat(file)
+    key = (str(file), found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return _HASHED[key]
+
+
+def damage(folder: Path, meta: dict[str, Any]) -> str | None:
+    """How a run folder differs from what its run wrote, in one clause, None when it does not: run.json
+    edited (its fields no longer hash to the digest written with them), or a table it marked cut, changed,
+    gone or unreadable."""
+    if SELF_DIGEST in meta and meta[SELF_DIGEST] != own_digest(meta):
+        return "its run.json was edited since the run wrote it (its fields no longer match their SHA-256)"
+    marks = meta.get("tables") or {}
+    sealed = SELF_DIGEST in meta and meta.get("status") in ("completed", "failed")
+    if marks and sealed:  # a table the run did not write (a run.json from before the digest: not checked)
+        stranger = next((f.name for f in sorted(folder.glob("*.csv")) if f.name not in marks), None)
+        if stranger is not None:
+            return f"its {stranger} is not a table the run wrote (run.json marks none of that name)"
+    for name, mark in marks.items():
+        if not isinstance(mark, dict) or not TABLE_NAME.fullmatch(name) or ".." in name:
+            return f"its run.json marks {name!r}, which is not a table a run writes"
+        file = folder / name
+        try:
+            digest = _sha256(file)
+        except FileNotFoundError:
+            return f"its {name} is gone"
+        except OSError as error:
+            return f"its {name} cannot be read ({error.strerror or error})"
+        if digest == mark.get("sha256"):
+            continue
+        return _changed(file, name, mark)
+    return None
+
+
+def _changed(file: Path, name: str, mark: dict[str, Any]) -> str:
+    """How a table differs from its mark: cut (fewer bytes and fewer lines than it wrote), else changed."""
+    try:
+        data = file.read_bytes()
+    except OSError as error:
+        return f"its {name} cannot be read ({error.strerror or error})"
+    wrote, rows = mark.get("bytes"), mark.get("rows")
+    if isinstance(wrote, int) and isinstance(rows, int) and len(data) < wrote and data.count(b"\n") <= rows:
+        return f"its {name} is cut ({len(data)} of the {wrote} bytes the run wrote)"
+    return f"its {name} was changed since the run wrote it (its SHA-256 is not the one run.json marks)"
+
+
+def rerun_fix(folder: Path) -> str:
+    """How to rerun a run in place: its sweep's command with resume=true for a sweep's job, else the run's
+    own command line (its .hydra/overrides.yaml) with its folder and resume=true."""
+    folder = Path(folder)
+    if (folder.parent / "ledger.json").is_file() or (folder.parent / "multirun.yaml").is_file():
+        return (
+            f"rerun it in place with its sweep's command line and hydra.sweep.dir={folder.parent} resume=true"
+        )
+    import yaml
+
+    try:
+        overrides = [str(o) for o in yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text())]
+    except (OSError, TypeError, yaml.YAMLError):
+        overrides = ["<its overrides>"]
+    return (
+        f"rerun it in place: decpriv run {' '.join([*overrides, f'hydra.run.dir={folder}', 'resume=true'])}"
+    )
+
+
+def holds_orphan_run(folder: Path) -> bool:
+    """A run's folder whose run.json is gone: a table of its run, no run.json, no sweep."""
+    folder = Path(folder)
+    if any((folder / name).exists() for name in ("run.json", "ledger.json", "multirun.yaml")):
+        return False
+    if any(folder.glob("*/run.json")) or any(folder.glob("*/.hydra")):  # a sweep whose plan files are gone
+        return False
+    # its summary.csv, or its .hydra/ beside a table (.hydra/ alone: a job that never began its run)
+    return (folder / "summary.csv").is_file() or (folder / ".hydra").is_dir() and any(folder.glob("*.csv"))
+
+
+def read_intact(folder: Path | str) -> dict[str, Any]:
+    """run.json of a run whose result is shown (``show``, ``report``, ``diff``, ``plot``, ``api.load``): a
+    damaged run, or a run folder whose run.json is gone, is refused in one sentence (ConfigError) with the
+    command that reruns it in place."""
+    folder = Path(folder)
+    if holds_orphan_run(folder):
+        raise ConfigError(
+            f"{folder}: its run.json is gone, so nothing in it can be told from a partial or another run's "
+            f"result; {rerun_fix(folder)} (or restore run.json)."
+        )
+    meta = read_status(folder)
+    if meta.get("status") == "damaged":
+        raise ConfigError(
+            f"{folder}: {meta['error']}, so it is not shown as a result; {rerun_fix(folder)} "
+            "(or restore what was changed)."
+        )
+    return meta
+
+
 def corrupt(file: Path, error: BaseException) -> ConfigError:
     detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if file.name == "run.json":  # the run's own record: rerunning it in place makes it again
+        return ConfigError(
+            f"{file}: unreadable or corrupt ({detail}); {rerun_fix(file.parent)} (or restore it)."
+        )
     return ConfigError(
         f"{file}: unreadable or corrupt ({detail}); restore the file or delete the run folder."
     )

@@ -13,7 +13,7 @@ import pandas as pd
 
 from decpriv.errors import ConfigError, bad_value
 from decpriv.report import headline
-from decpriv.report.run_folder import read_status, read_summary
+from decpriv.report.run_folder import holds_orphan_run, read_status, read_summary, rerun_fix
 from decpriv.report.text import GAP
 
 COLUMNS = [  # the finding first (status, the headline's value beside its baseline): at 80 columns the rest is cut
@@ -61,7 +61,9 @@ def _row(folder: Path) -> dict:
     beside its baseline (decpriv/report/headline.py); a run without an attack, its first training metric."""
     meta = read_status(folder)
     summary = {}
-    if (folder / "summary.csv").is_file():
+    if meta.get("status") == "damaged":  # listed as damaged, with no headline: said under the table
+        warnings.warn(f"{folder}: {meta['error']}; {rerun_fix(folder)}", stacklevel=1)
+    elif (folder / "summary.csv").is_file():
         try:
             summary = read_summary(folder).to_dict()
         except ConfigError as error:  # cut or changed: listed, never as a result
@@ -88,6 +90,22 @@ def _row(folder: Path) -> dict:
     }
 
 
+def _orphans(root: Path) -> list[Path]:
+    """Run folders under ``root`` whose run.json is gone (a table of theirs is there)."""
+    found = {f.parent for f in root.rglob("summary.csv")} | {f.parent for f in root.rglob(".hydra")}
+    return sorted(folder for folder in found if holds_orphan_run(folder))
+
+
+def _orphan_row(folder: Path) -> dict:
+    """A run folder whose run.json is gone: listed as damaged (never left out without a word)."""
+    warnings.warn(f"{folder}: damaged: its run.json is gone; {rerun_fix(folder)}", stacklevel=1)
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(
+        run=folder.as_posix(), status="damaged", value=None, baseline=None, better="higher", seconds=None
+    )
+    return {**row, "_fields": {"status": "damaged"}}
+
+
 def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per run folder under ``root`` (oldest first) that matches every filter."""
     root = Path(root)
@@ -99,6 +117,7 @@ def index(root: Path | str, filters: dict[str, str] | None = None) -> pd.DataFra
             rows.append(_row(file.parent))
         except ConfigError as error:  # one corrupt folder must not hide the others
             warnings.warn(f"skipped {file.parent}: {error}", stacklevel=1)
+    rows += [_orphan_row(folder) for folder in _orphans(root)]
     filters = filters or {}
     known = set().union(*(r["_fields"] for r in rows)) if rows else set()
     for key in filters:

@@ -19,7 +19,7 @@ from decpriv.report.convergence import convergence_note
 from decpriv.report.diff import diff_paths, diff_rows
 from decpriv.report.guarantee import guarantee_line
 from decpriv.report.ledger import has_plan
-from decpriv.report.run_folder import read_status, read_summary, read_table
+from decpriv.report.run_folder import holds_orphan_run, read_intact, read_status, read_summary, read_table
 from decpriv.report.sweep import collect
 from decpriv.report.text import fmt, markdown_table, print_frame, shown_path, without_details
 from decpriv.stderr import print_error
@@ -282,10 +282,17 @@ def failed_lines(table: pd.DataFrame, most: int = 5) -> list[str]:
     failed = table[table["status"] != "completed"]
     errors = failed["error"] if "error" in failed else pd.Series("", index=failed.index)
     lines = [
-        f"job {job} {status}: {str(error).splitlines()[0] if isinstance(error, str) and error else 'no error recorded'}"
+        f"job {job} {status}: {_first_line(error, status)}"
         for job, status, error in zip(failed["job"], failed["status"], errors, strict=True)
     ]
     return lines[:most] + ([f"... and {len(lines) - most} more (summary.csv)"] if len(lines) > most else [])
+
+
+def _first_line(error: object, status: str) -> str:
+    """An error's first line, without the status it repeats (``damaged: ...``)."""
+    if not isinstance(error, str) or not error:
+        return "no error recorded"
+    return error.splitlines()[0].removeprefix(f"{status}: ")
 
 
 def _pictures_line(run: Path, sweep: bool) -> str | None:
@@ -303,10 +310,14 @@ def _pictures_line(run: Path, sweep: bool) -> str | None:
 
 
 def show_run(run: Path, console: Console, rows: int = 10) -> int:
-    if not (run / "run.json").is_file() and not (run / "summary.csv").is_file():
+    if (
+        not any(p.is_file() for p in (run / "run.json", run / "summary.csv"))
+        and not has_plan(run)
+        and not holds_orphan_run(run)
+    ):
         print_error(f"{run} is not a run or sweep folder (no run.json / summary.csv).")
         return 2
-    meta = read_status(run)
+    meta = read_intact(run) if not has_plan(run) else read_status(run)
     if meta:
         console.print(
             f"[bold]{run}[/]  status={meta.get('status')}  seed={meta.get('seed')}  device={meta.get('device')}  "
@@ -320,7 +331,10 @@ def show_run(run: Path, console: Console, rows: int = 10) -> int:
         if meta.get("error"):
             console.print(f"[red]{meta['error']}[/]", highlight=False)
     sweep = False
-    for file in sorted(run.glob("*.csv"), key=lambda f: (f.stem != "summary", f.stem)):
+    files = set(run.glob("*.csv")) | (
+        {run / "summary.csv"} if has_plan(run) else set()
+    )  # a sweep's: its ledger
+    for file in sorted(files, key=lambda f: (f.stem != "summary", f.stem)):
         ledger = file.stem == "summary" and has_plan(run)
         frame = collect(run) if ledger else read_table(file)  # a sweep: its ledger, read now
         title = f"{file.name} ({len(frame)} rows)"
@@ -361,6 +375,8 @@ def print_diff(
     1 differ, 2 bad path. A table opens with the config that differs, then the metrics (the attack's
     headline first), then one line per other table, then a one-line verdict (``brief``: only that)."""
     try:
+        for target in (a, b):
+            intact(target)
         diffs = diff_paths(a, b, rtol, atol)
     except (FileNotFoundError, ConfigError) as error:
         print_error(str(error))
@@ -396,6 +412,17 @@ def print_diff(
     if note:
         console.print(note, highlight=False)
     return 1 if differ else 0
+
+
+def intact(target: Path) -> None:
+    """Refuse (ConfigError) a run folder that is damaged or lost its run.json, or a sweep holding a
+    damaged job: what is compared or shown is what the runs wrote."""
+    from decpriv.report.ledger import refuse_untrusted_jobs
+
+    if target.is_dir() and has_plan(target):
+        refuse_untrusted_jobs(target, collect(target))
+    elif target.is_dir() and ((target / "run.json").is_file() or holds_orphan_run(target)):
+        read_intact(target)
 
 
 def bound_line(diffs: list, differ: bool) -> str | None:

@@ -108,6 +108,7 @@ class CheckedSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher = None
+        self._folder: tuple[int, int] | None = None  # the sweep folder (device, inode) the ledger is in
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -121,7 +122,7 @@ class CheckedSweeper(Sweeper):
         fails, or that its launcher loses, is recorded and the other jobs go on; a stopped sweep records
         that it was stopped (the launcher cancels its jobs) and is stopped."""
         from decpriv.report.grid import job_overrides, swept_keys, with_params
-        from decpriv.report.ledger import close_ledger, open_ledger
+        from decpriv.report.ledger import close_ledger, finished_as_planned
         from decpriv.scheduler import folded_scheduler_warnings, stopping_signal
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -130,17 +131,17 @@ class CheckedSweeper(Sweeper):
         jobs, swept = job_overrides(parsed), swept_keys(parsed)
         facts = [f"hydra.sweeper.job_count={len(jobs)}", f"hydra.sweeper.swept_keys=[{','.join(swept)}]"]
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        launcher = str(self.config.hydra.launcher.get("_target_"))
         if not self.prechecked:  # a preset's own sweep: decpriv run could not name the jobs it keeps
             self.kept_jobs |= self._completed(sweep_dir, jobs)
-        open_ledger(sweep_dir, jobs, swept, self.kept_jobs, launcher)
+        if finished_as_planned(sweep_dir, jobs, self.kept_jobs):  # a resume with nothing to do: no write
+            return []
+        self._open(sweep_dir, jobs, swept)
         returns = []
         try:
             with folded_scheduler_warnings(sweep_dir):
                 for block in launch_blocks(len(jobs), self.kept_jobs, self.max_batch_size):
                     returns.append(self._launch(sweep_dir, block, [[*jobs[num], *facts] for num in block]))
+                    self._still_there(sweep_dir)
             close_ledger(sweep_dir)
         except KeyboardInterrupt as stop:
             close_ledger(sweep_dir, stopped_by=stopping_signal(stop))
@@ -149,6 +150,39 @@ class CheckedSweeper(Sweeper):
             self._stopped_by(sweep_dir, error)
         return returns
 
+    def _open(self, sweep_dir: Path, jobs: list[list[str]], swept: list[str]) -> None:
+        """multirun.yaml and the ledger, before any job; a folder that cannot be written (read-only, a full
+        disk) stops the sweep in one sentence, no job started."""
+        from decpriv.report.ledger import open_ledger
+
+        assert self.config is not None
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            open_ledger(
+                sweep_dir, jobs, swept, self.kept_jobs, str(self.config.hydra.launcher.get("_target_"))
+            )
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # after the ledger: no plan without it
+            self._folder = (sweep_dir.stat().st_dev, sweep_dir.stat().st_ino)
+        except OSError as error:
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} cannot be written ({error.strerror or error}), and "
+                f"{len(jobs) - len(self.kept_jobs)} of its jobs must run; make it writable (chmod -R u+w "
+                f"{sweep_dir}) or free space, then run the same command again."
+            ) from None
+
+    def _still_there(self, sweep_dir: Path) -> None:
+        """Stop the sweep when its folder was removed (a launcher may have made it again for a later job):
+        its ledger is gone, so no job of it could be recorded."""
+        try:
+            found = (sweep_dir.stat().st_dev, sweep_dir.stat().st_ino)
+        except OSError:
+            found = None
+        if found != self._folder or not (sweep_dir / "ledger.json").is_file():
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} was removed while the sweep ran, so its ledger and the "
+                "jobs it held are gone; run the sweep again."
+            )
+
     @staticmethod
     def _stopped_by(sweep_dir: Path, error: OSError) -> None:
         """Close the ledger with the error that stopped the sweep (``decpriv run`` says it in one
@@ -156,6 +190,11 @@ class CheckedSweeper(Sweeper):
         from decpriv.report.ledger import close_ledger, read_ledger
         from decpriv.report.run_folder import error_text
 
+        if not sweep_dir.is_dir():
+            raise SweepStopped(
+                f"error: the sweep folder {sweep_dir} was removed while the sweep ran, so nothing of it is "
+                "kept (it is not made again); run the sweep again."
+            ) from None
         try:
             close_ledger(sweep_dir, failed=error_text(error))
         except OSError:
