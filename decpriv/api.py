@@ -55,13 +55,41 @@ def compose_job(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig
     choices, the ``hydra`` node: run and sweep folders, launcher, sweeper params)."""
     with initialize_config_module("decpriv.conf", version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    hydra = cfg.hydra
-    choices = {
-        k: v for k, v in OmegaConf.to_container(hydra.runtime.choices).items() if not k.startswith("hydra")
-    }
+        hydra = cfg.hydra
+        choices = {
+            k: v
+            for k, v in OmegaConf.to_container(hydra.runtime.choices).items()
+            if not k.startswith("hydra")
+        }
+        _refuse_dropped_option(cfg, choices, overrides)
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices, hydra
+
+
+def _refuse_dropped_option(cfg: DictConfig, choices: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """An option of an optional group (``attack``) that does not exist: Hydra drops the group without a
+    word, so ``attack=diffgrd`` would train and record ``attack=none``. Refused with the close matches, as
+    Hydra refuses a missing option of any other group. The default ``${protocol}_default`` alone may be
+    absent (a protocol with no default attack), unless the user named it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    typed = {o.split("=", 1)[0].lstrip("+") for o in overrides if "=" in o}
+    loader = GlobalHydra.instance().config_loader()
+    for group, choice in choices.items():
+        if not isinstance(choice, str) or OmegaConf.select(cfg, group.replace("/", ".")) is not None:
+            continue
+        if group not in typed and choice == f"{choices.get('protocol')}_default":
+            continue
+        options = loader.get_group_options(group)
+        if choice in options:
+            continue
+        near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(near)}?" if near else f"`decpriv list {group}` shows its options"
+        raise ConfigError(
+            f"{group}={choice}: {group} has no option {choice}, and Hydra would drop this optional group "
+            f"without a word (a run with no {group}); {hint}"
+        )
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict]:
@@ -165,6 +193,8 @@ def compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfi
     whose ./conf yaml decpriv's own option of that name hides."""
     try:
         composed = compose_job(overrides)
+    except ConfigError:
+        raise
     except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
         raise ConfigError(explain_composition(error, overrides)) from None
     check_not_shadowed(composed[1])

@@ -163,3 +163,26 @@ def test_every_node_corrupt_is_refused_without_naming_a_key_not_set(tmp_path, mo
     said = refused(capsys, "run", nodes, "protocol.rounds=2")
     assert "adversary='16 corrupt nodes of 16': no honest node neighbours the corrupt ones" in said
     assert "(adversary.count <= 15, or fewer adversary.nodes)" in said
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "attack=diffgrd"], "attack=diffgrd: attack has no option diffgrd"),
+        (["run", "attack=signflip"], "did you mean sign_flip?"),
+        (["run", "-m", "attack=mia,diffgrd"], "did you mean diffgrad?"),
+        (["run", "protocol=pdmm", "attack=gausian"], "did you mean gaussian?"),
+    ],
+)
+def test_a_misspelt_option_of_an_optional_group_is_refused(tmp_path, monkeypatch, capsys, argv, says):
+    """Hydra drops an optional group whose option it cannot find: the run trained with no attack."""
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, *argv, "protocol.rounds=2", "topology.n=4")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_protocol_without_a_default_attack_still_runs_none():
+    from decpriv.api import compose_config
+
+    cfg, choices = compose_config(["protocol=pdmm"])
+    assert choices["attack"] == "pdmm_default" and cfg.get("attack") is None
