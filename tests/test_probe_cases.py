@@ -186,3 +186,55 @@ def test_a_protocol_without_a_default_attack_still_runs_none():
 
     cfg, choices = compose_config(["protocol=pdmm"])
     assert choices["attack"] == "pdmm_default" and cfg.get("attack") is None
+
+
+DECOR = ["defense=decor", "protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (
+            ["defense.sigma_cor=1.0"],
+            "defense.sigma_cor=1.0: with a privacy target (defense.epsilon=10) the accountant calibrates "
+            "sigma_cor to meet it, so this value would be replaced",
+        ),
+        (
+            ["defense.sigma_cdp=1", "defense.cdp_excess=3"],
+            "defense.cdp_excess=3: is not read beside defense.sigma_cdp=1, which it would have set",
+        ),
+        (
+            ["defense.epsilon=null", "defense.sigma_cdp=1", "defense.sigma_cor=2", "defense.cdp_excess=3"],
+            "defense.cdp_excess=3: is not read while defense.epsilon=null",
+        ),
+        (
+            ["accountant=secldp", "defense.sigma_cdp=1", "accountant.cdp_excess=3"],
+            "accountant.cdp_excess=3: it sets sigma_cdp when the accountant calibrates it, and "
+            "defense.sigma_cdp=1 is given, so it would do nothing",
+        ),
+    ],
+)
+def test_a_decor_noise_the_user_set_is_never_replaced(tmp_path, monkeypatch, capsys, overrides, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", *DECOR, *overrides)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_ldp_sigma_beside_a_target_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", *DECOR, "defense=ldp", "defense.epsilon=5", "defense.sigma=2")
+    assert "defense.sigma=2: is not read while defense.epsilon=5 is set" in said
+
+
+def test_dp_accountings_numerical_fallback_is_no_value(caplog):
+    """At noise 2.8e8 a step, dp-accounting's RDP of a sampled Gaussian rounds below zero and it returns
+    epsilon 0 with an absl warning: no value (NaN), never a headline; its genuine 0 (the KL bound at an
+    unsampled Gaussian: total variation below delta) stays."""
+    import math
+
+    from decpriv.privacy.library import library_rdp_epsilon
+
+    assert math.isnan(library_rdp_epsilon("poisson", 0.3, 2.8e8, 2, 1e-5))
+    assert "Negative Renyi" not in caplog.text
+    assert library_rdp_epsilon("gaussian", 1.0, 1e6, 2, 1e-5) == 0.0
+    assert library_rdp_epsilon("poisson", 0.3, 1e2, 2, 1e-5) == pytest.approx(0.0218055, rel=1e-5)

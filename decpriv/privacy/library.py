@@ -6,7 +6,10 @@ dp-accounting's PLD covers the Poisson-subsampled and the full Gaussian; it has 
 batch drawn without replacement, so that sampler gets no PLD value (NaN), only the RDP cross-check.
 """
 
+import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dp_accounting
 from dp_accounting.pld import PLDAccountant
@@ -31,15 +34,44 @@ def relation(sampler: str) -> NeighborRel:
     return NeighborRel.REPLACE_ONE if sampler == "without_replacement" else NeighborRel.ADD_OR_REMOVE_ONE
 
 
+class _Fallbacks(logging.Filter):
+    """dp-accounting's RDP accountant, at noise so large that its Renyi divergence rounds below zero,
+    returns epsilon 0 and says so only in an absl warning: the warnings are kept here instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Negative Renyi divergence" in record.getMessage():
+            self.said.append(record.getMessage())
+            return False
+        return True
+
+
+@contextmanager
+def _numerical_fallbacks() -> Iterator[_Fallbacks]:
+    fallbacks, logger = _Fallbacks(), logging.getLogger("absl")
+    logger.addFilter(fallbacks)
+    try:
+        yield fallbacks
+    finally:
+        logger.removeFilter(fallbacks)
+
+
 def library_rdp_epsilon(
     sampler: str, q: float, sigma: float, steps: int, delta: float, size: int | None = None
 ):
-    """dp-accounting's RDP epsilon at decpriv's integer orders (so that the two are comparable)."""
+    """dp-accounting's RDP epsilon at decpriv's integer orders (so that the two are comparable); NaN where
+    its divergence went negative numerically and it would return its fallback, 0."""
     if sigma == 0:
         return math.inf
     accountant = RdpAccountant(orders=list(ORDERS), neighboring_relation=relation(sampler))
     accountant.compose(dp_accounting.SelfComposedDpEvent(step_event(sampler, q, sigma, size), steps))
-    epsilon = float(accountant.get_epsilon(delta))
+    with _numerical_fallbacks() as fallbacks:
+        epsilon = float(accountant.get_epsilon(delta))
+    if fallbacks.said:  # its numerical fallback (0), not a bound: no value, so it is never a headline
+        return math.nan
     if sampler == "without_replacement":  # as decpriv's own: the unsampled Gaussian bounds it too
         return min(epsilon, library_rdp_epsilon("gaussian", 1.0, sigma, steps, delta))
     return epsilon
