@@ -113,6 +113,12 @@ SETTINGS = [
     (2048, (20, 20), 19),
     (4096, (20,) * 5, 19),
     (4096, (30, 30, 30, 20), 25),
+    (4096, (40, 19), 20),  # a 19-bit prime: SEAL finds one = 1 mod 8192 (refused as "20 to 60 bits" before)
+    (4096, (40, 15), 20),  # none of 15 bits exists at this N
+    (4096, (40, 2), 20),  # 2 bits: SEAL's smallest size, no such prime
+    (4096, (40, 1), 20),  # below SEAL's sizes: "bit_sizes is invalid"
+    (4096, (40, 61), 20),  # above them
+    (2048, (40, 14), 38),  # 12289 = 3 x 4096 + 1
 ]
 
 
@@ -142,6 +148,20 @@ def test_the_check_refuses_exactly_what_seal_refuses(n, bits, scale):
     assert accepted == _seal_accepts(n, bits, scale)
 
 
+@pytest.mark.parametrize("n", [2048, 4096, 8192, 16384, 32768])
+@pytest.mark.parametrize("scale", [20, 40, 59])
+def test_every_suggested_ckks_fix_is_taken_by_seal_within_decprivs_ranges(n, scale):
+    """The fix a refusal offers (:func:`decpriv.defenses.ckks.example`) runs: SEAL takes it, and the scale it
+    names is in defense.scale_bits' range (20 to 59)."""
+    from decpriv.defenses.ckks import example
+
+    fix = dict(item.split("=", 1) for item in example(n, scale).split())
+    n = int(fix.get("defense.poly_modulus_degree", n))
+    scale = int(fix.get("defense.scale_bits", scale))
+    bits = [int(b) for b in fix.get("defense.coeff_mod_bit_sizes", "[60,40,40,60]").strip("[]").split(",")]
+    assert 20 <= scale <= 59 and _seal_accepts(n, bits, scale), fix
+
+
 def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
     """Each refusal before torch is imported (the README's refusals under a second), in its own sentence."""
     import subprocess
@@ -150,7 +170,7 @@ def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
     cases = {
         "defense.coeff_mod_bit_sizes=[60]": "needs two or more primes",
         "defense.coeff_mod_bit_sizes=[]": "needs two or more primes",
-        "defense.coeff_mod_bit_sizes=[60,40,40,19]": "lists a 19-bit prime",
+        "defense.coeff_mod_bit_sizes=[60,40,40,61]": "lists a 61-bit prime, and SEAL takes 2 to 60 bits",
         "defense.coeff_mod_bit_sizes=[60,40,40,60,60]": "sums to 260 bits",
         "defense.coeff_mod_bit_sizes=[21,20]": "(SEAL: scale out of bounds)",
         "defense.poly_modulus_degree=32768": "",  # valid alone: the next case makes it refuse
@@ -180,6 +200,7 @@ def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
     for words, (code, said) in zip(cases.values(), found, strict=True):
         assert code == 2 and words in said and len(said.splitlines()) == 1, said
     assert "only 1 such prime (= 1 mod 2N) exist (SEAL: failed to find enough qualifying" in found[-1][1]
+    assert "defense.coeff_mod_bit_sizes=[60,40,40,60]), or a smaller" in found[-1][1]
 
 
 def test_a_large_decryption_error_is_measured_and_warned_of():
