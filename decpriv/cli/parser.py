@@ -73,7 +73,11 @@ def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
     diff.add_argument("a", type=Path)
     diff.add_argument("b", type=Path)
     diff.add_argument(
-        "--rtol", type=float, default=1e-9, help="relative tolerance for numbers (default 1e-9)"
+        "--rtol",
+        type=float,
+        default=1e-9,
+        help="relative tolerance for numbers (default 1e-9; at the defaults, two runs that recorded a "
+        "repeatable_within bound, CKKS's, compare their results within it; a tolerance given is used as is)",
     )
     diff.add_argument("--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)")
     diff.add_argument(

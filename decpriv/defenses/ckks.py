@@ -201,6 +201,28 @@ def _check_scale(n: int, bits: Sequence[int], scale_bits: int) -> None:
         )
 
 
+def flood_std(scale_bits: int, flood_bits: int) -> float:
+    """The flooding noise's std a coordinate: 2^flood_bits times CKKS's error 2^(13 - scale_bits)."""
+    return float(2.0 ** (flood_bits + 13 - scale_bits))
+
+
+def check_flood(scale_bits: int, flood_bits: int | None) -> None:
+    """Flooding noise of std 1 or more a coordinate is as large as the weights it is added to: the released
+    model is noise, and training only diverges ("lower protocol.lr" would be the wrong fix)."""
+    if flood_bits is None or flood_std(scale_bits, flood_bits) < 1:
+        return
+    most = scale_bits - 14  # the largest flood_bits whose std, 2^(flood_bits + 13 - scale_bits), is below 1
+    fix = [f"defense.flood_bits={most}" if most >= 1 else ""]
+    fix += [f"defense.scale_bits={flood_bits + 14}" if flood_bits + 14 <= SCALE_BITS[1] else ""]
+    raise bad_value(
+        "defense.flood_bits",
+        flood_bits,
+        f"at defense.scale_bits={scale_bits} it adds noise of std 2^{flood_bits + 13 - scale_bits} = "
+        f"{flood_std(scale_bits, flood_bits):g} a coordinate to the released model, as large as its weights",
+        f"use {' or '.join(f for f in fix if f)} (noise std 2^(flood_bits + 13 - scale_bits), below 1)",
+    )
+
+
 def check_config(node: Any) -> None:
     """The defense's config node checked before anything is built (torch not loaded)."""
     get = node.get
@@ -210,3 +232,5 @@ def check_config(node: Any) -> None:
     if n not in MAX_MODULUS_BITS_128 or not isinstance(scale, int) or not isinstance(bits, Sequence | list):
         return  # refused by the keys' own declarations, in their words
     CkksParameters(n, tuple(bits), scale).check()
+    flood = get("flood_bits")
+    check_flood(scale, flood if isinstance(flood, int) and not isinstance(flood, bool) else None)
