@@ -119,6 +119,9 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
     """Hydra's first line, with a did-you-mean from the known keys or options when one is close."""
     text = str(error).strip()
     unreadable = _unparsable(overrides)
+    empty = _empty_item(unreadable) if unreadable is not None else None
+    if empty is not None:
+        return empty
     if unreadable is not None:
         return (
             f"{unreadable}: Hydra's override grammar cannot read this (characters such as é, 日, $, "
@@ -173,6 +176,25 @@ def _option_with(group: str, key: str) -> str:
         if isinstance(node, dict) and key in node:
             options.append(file.name[:-5])
     return f"choose {group}={' or '.join(options)} (it reads {group}.{key})" if options else ""
+
+
+def _empty_item(override: str) -> str | None:
+    """``seed=0,1,``, ``seed=,0``, ``seed=0,,1``: a list of values with an empty one, in one sentence."""
+    key, sep, value = override.partition("=")
+    items = value.split(",")
+    if not sep or len(items) < 2 or all(items) or any(c in value for c in "'\"[]{}()"):
+        return None
+    given = ",".join(item for item in items if item)
+    where = (
+        "ends with a comma"
+        if not items[-1]
+        else "starts with a comma"
+        if not items[0]
+        else "has two commas in a row"
+    )
+    return f"{override}: the list of values {where}, so one value is empty; write {key}={given}" + (
+        "" if given else " with a value"
+    )
 
 
 def _unparsable(overrides: list[str]) -> str | None:

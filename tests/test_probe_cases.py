@@ -238,3 +238,54 @@ def test_dp_accountings_numerical_fallback_is_no_value(caplog):
     assert "Negative Renyi" not in caplog.text
     assert library_rdp_epsilon("gaussian", 1.0, 1e6, 2, 1e-5) == 0.0
     assert library_rdp_epsilon("poisson", 0.3, 1e2, 2, 1e-5) == pytest.approx(0.0218055, rel=1e-5)
+
+
+def test_dash_m_works_anywhere_on_the_line(tmp_path, monkeypatch, capsys):
+    """``-m`` after the overrides: Hydra's parser read decpriv's own sweeper override after the flag as an
+    unrecognized argument (exit 1, an empty sweep folder)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "seed=0,1", *QUICK, "hydra.sweep.dir=sw", "-m"]) == 0
+    assert main(["run", "seed=0,1", "-m", *QUICK, "hydra.sweep.dir=sw2"]) == 0
+    capsys.readouterr()
+    for sweep in ("sw", "sw2"):
+        assert sorted(p.name for p in Path(sweep).iterdir() if p.name.isdigit()) == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        (
+            "seed=0,1,",
+            "seed=0,1,: the list of values ends with a comma, so one value is empty; write seed=0,1",
+        ),
+        ("seed=,0", "seed=,0: the list of values starts with a comma, so one value is empty; write seed=0"),
+        ("seed=0,,1", "seed=0,,1: the list of values has two commas in a row"),
+    ],
+)
+def test_an_empty_value_in_a_sweep_is_named(tmp_path, monkeypatch, capsys, override, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", "-m", override, *QUICK)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_large_sweep_says_it_is_checking_its_jobs(monkeypatch, capsys):
+    """5000 jobs are checked for minutes before the first starts: a line says so (a bar at a terminal)."""
+    from decpriv.cli import precheck
+
+    monkeypatch.setattr(precheck, "SHOWN_FROM", 3)
+    plan = precheck.precheck(["seed=range(3)", *QUICK], True)
+    assert plan.count == 3 and len(plan.digests) == 3
+    assert "checking each of the 3 jobs before any starts" in capsys.readouterr().err
+
+
+def test_a_signal_after_every_job_ended_says_so(tmp_path, monkeypatch, capsys):
+    from decpriv.cli.run import _interrupted
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=sw"]) == 0
+    capsys.readouterr()
+    stop = KeyboardInterrupt()
+    assert _interrupted(stop, True, Path("sw"), 2) == 130
+    said = " ".join(capsys.readouterr().err.split())
+    assert "after every job had ended: all 2 jobs of the sweep in sw completed; nothing to rerun" in said
+    assert "did not complete" not in said
