@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from decpriv.config.user_conf import check_not_shadowed, unreadable_yaml
+from decpriv.config.user_conf import USER_CONF, check_not_shadowed, unreadable_yaml
 from decpriv.errors import ConfigError, bad_value
 
 if TYPE_CHECKING:  # pandas loads when tables are read: composing a config (a refusal) does without it
@@ -81,7 +81,8 @@ def _refuse_dropped_option(cfg: DictConfig, choices: dict, overrides: list[str] 
             continue
         if group not in typed and choice == f"{choices.get('protocol')}_default":
             continue
-        options = loader.get_group_options(group)
+        options = loader.get_group_options(group)  # decpriv's own: ./conf joins the search path at compose
+        options += sorted(f.stem for f in (USER_CONF / group).glob("*.yaml"))
         if choice in options:
             continue
         near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
