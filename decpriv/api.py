@@ -129,7 +129,8 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
             "parentheses or spaces need quotes: key='value'); quote the value or use letters, digits, "
             "'-', '_' and '.'"
         )
-    unreadable_file = unreadable_yaml() if "while " in text else None  # Hydra names no file
+    # Hydra names no file for a yaml it cannot parse or decode
+    unreadable_file = unreadable_yaml() if "while " in text or "codec can't decode" in text else None
     if unreadable_file is not None:
         return unreadable_file
     first = text.splitlines()[0]

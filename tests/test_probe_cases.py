@@ -289,3 +289,53 @@ def test_a_signal_after_every_job_ended_says_so(tmp_path, monkeypatch, capsys):
     said = " ".join(capsys.readouterr().err.split())
     assert "after every job had ended: all 2 jobs of the sweep in sw completed; nothing to rerun" in said
     assert "did not complete" not in said
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_none_or_the_earlier(tmp_path, monkeypatch, capsys):
+    """A full disk while the report is written: exit 1 in one line, and the report folder is the earlier
+    one (or absent), never aggregate.csv and plots without report.html."""
+    import errno
+    import shutil
+
+    from decpriv.report import document
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *QUICK, "hydra.run.dir=r"]) == 0
+    real = document.write_atomic
+
+    def full(path, text):
+        if path.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(document, "write_atomic", full)
+    assert main(["report", "r"]) == 1
+    assert not Path("r/report").exists() and not list(Path("r").glob(".report.*"))
+    assert "No space left on device" in capsys.readouterr().err
+    monkeypatch.setattr(document, "write_atomic", real)
+    assert main(["report", "r"]) == 0
+    earlier = sorted(p.name for p in Path("r/report").rglob("*"))
+    monkeypatch.setattr(document, "write_atomic", full)
+    assert main(["report", "r"]) == 1
+    capsys.readouterr()
+    assert sorted(p.name for p in Path("r/report").rglob("*")) == earlier
+    shutil.rmtree("r")
+
+
+def test_a_plugin_module_that_does_not_parse_is_named_with_its_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Path("conf/topology").mkdir(parents=True)
+    Path("conf/topology/mine.yaml").write_text("_target_: broken_graphs.graph\nn: 4\n")
+    Path("broken_graphs.py").write_text("def graph(n):\n    return (\n")
+    said = refused(capsys, "run", "topology=mine", *QUICK)
+    assert said.startswith("error: topology._target_='broken_graphs.graph': its module does not parse: ")
+    assert "broken_graphs.py, line 2: '(' was never closed; fix that line." in said
+
+
+def test_a_binary_yaml_names_its_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("conf/topology").mkdir(parents=True)
+    Path("conf/topology/bin.yaml").write_bytes(b"\x00\x01\x02\xff\xfe")
+    said = refused(capsys, "run", "topology=bin", *QUICK)
+    assert said.startswith("error: conf/topology/bin.yaml: not valid YAML ('utf-8' codec can't decode")
