@@ -138,7 +138,9 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
     override = re.search(r"Could not override '([^']+)'", text)
     nulled = [o.split("=", 1)[0] for o in overrides if re.fullmatch(r"[\w/]+=null", o)]
-    if "Got NoneType" in first and nulled:
+    if first.startswith("Ambiguous value for argument"):
+        hint = "a list of values is a sweep: add -m, one job a value"
+    elif "Got NoneType" in first and nulled:
         hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
     elif "submitit" in first:
         hint = "the slurm launcher needs Hydra's submitit plugin: make slurm, or pip install -e '.[slurm]'"
@@ -212,9 +214,27 @@ def _unparsable(overrides: list[str]) -> str | None:
     return None
 
 
+# groups every run builds (the rest, defense, accountant and attack, may be dropped with ~GROUP)
+REQUIRED_GROUPS = ("topology", "gossip_matrix", "data", "partition", "model", "protocol", "adversary")
+
+
+def refuse_dropped_required(overrides: list[str] | tuple[str, ...]) -> None:
+    """``~topology``: the run would fail later on a missing key ("not in struct"); said now."""
+    for override in overrides:
+        group = override[1:].split("=", 1)[0] if override.startswith("~") else None
+        if group in REQUIRED_GROUPS:
+            fix = "adversary=none (every node honest)" if group == "adversary" else f"{group}=OPTION"
+            article = "an" if group[0] in "aeiou" else "a"
+            raise ConfigError(
+                f"{override}: every run builds {article} {group}, so it cannot be dropped; choose one "
+                f"instead, {fix} (`decpriv list {group}` shows them)."
+            )
+
+
 def compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfig]:
     """:func:`compose_job`, refusing Hydra's composition errors in one sentence, and a chosen option
     whose ./conf yaml decpriv's own option of that name hides."""
+    refuse_dropped_required(overrides)
     try:
         composed = compose_job(overrides)
     except ConfigError:

@@ -339,3 +339,33 @@ def test_a_binary_yaml_names_its_file(tmp_path, monkeypatch, capsys):
     Path("conf/topology/bin.yaml").write_bytes(b"\x00\x01\x02\xff\xfe")
     said = refused(capsys, "run", "topology=bin", *QUICK)
     assert said.startswith("error: conf/topology/bin.yaml: not valid YAML ('utf-8' codec can't decode")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["~topology"], "error: ~topology: every run builds a topology, so it cannot be dropped; choose one"),
+        (["~adversary"], "choose one instead, adversary=none (every node honest)"),
+        (["~protocol"], "error: ~protocol: every run builds a protocol"),
+        (["seed=0,1"], "(a list of values is a sweep: add -m, one job a value)"),
+    ],
+)
+def test_a_probe_of_odd_command_lines_gets_one_sentence_each(tmp_path, monkeypatch, capsys, argv, says):
+    """Found by the issue-54 probe: ~GROUP of a group every run builds failed mid-build (exit 1, "not in
+    struct"); a list without -m got Hydra's "Ambiguous value" alone."""
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", *argv)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_process_limit_above_the_systems_is_refused(tmp_path, monkeypatch, capsys):
+    """sandbox.processes=100000 passed the hard RLIMIT_NPROC, and the sealed attack died starting
+    (a ConnectionResetError named as the attack's result)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard process limit here")
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", f"sandbox.processes={hard}", *QUICK)
+    assert f"the system allows a user at most {hard} (RLIMIT_NPROC's hard limit)" in said
