@@ -380,3 +380,17 @@ def test_a_key_given_twice_in_one_run_is_refused(tmp_path, monkeypatch, capsys):
         "seed=2 only; give seed once"
     )
     assert main(["run", *QUICK, "seed=1", "seed=1", "hydra.run.dir=same"]) == 0  # the same value: one
+
+
+def test_a_pld_too_large_to_discretise_is_no_value_not_a_hang():
+    """defense=dpsgd defense.epsilon=1e9 calibrated a noise multiplier near 1e-4, whose PLD (10^10 points a
+    step) ran past 5 minutes in the account step; it is now no value, at once, and RDP's stands."""
+    import math
+    import time
+
+    from decpriv.privacy.library import pld_epsilon
+
+    began = time.perf_counter()
+    assert math.isnan(pld_epsilon("poisson", 0.5, 1e-4, 3, 1e-5))
+    assert time.perf_counter() - began < 1
+    assert pld_epsilon("poisson", 0.5, 0.3, 3, 1e-5) == pytest.approx(35.6162, rel=1e-4)
