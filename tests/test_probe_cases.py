@@ -394,3 +394,12 @@ def test_a_pld_too_large_to_discretise_is_no_value_not_a_hang():
     assert math.isnan(pld_epsilon("poisson", 0.5, 1e-4, 3, 1e-5))
     assert time.perf_counter() - began < 1
     assert pld_epsilon("poisson", 0.5, 0.3, 3, 1e-5) == pytest.approx(35.6162, rel=1e-4)
+
+
+def test_a_flag_argparse_refuses_is_one_sentence(capsys):
+    """``decpriv run --cfg jobb`` printed argparse's seven-line usage before the error."""
+    said = refused(capsys, "run", "--cfg", "jobb")
+    assert said == (
+        "error: decpriv run: argument -c/--cfg: invalid choice: 'jobb' (choose from 'job', 'hydra', 'all'); "
+        "decpriv run --help shows its arguments."
+    )

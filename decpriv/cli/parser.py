@@ -120,6 +120,16 @@ def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
 
 
+class OneLine(argparse.ArgumentParser):
+    """A subcommand's parser whose refusal is one sentence, not its usage dump: the fix is its --help."""
+
+    def error(self, message: str):
+        from decpriv.stderr import print_error
+
+        print_error(f"{self.prog}: {message}; {self.prog} --help shows its arguments.")
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``decpriv COMMAND ...``; each subcommand's namespace names it in ``command``."""
     parser = argparse.ArgumentParser(
@@ -128,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLine)
     run = commands.add_parser(
         "run",
         add_help=False,
