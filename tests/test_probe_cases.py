@@ -403,3 +403,22 @@ def test_a_flag_argparse_refuses_is_one_sentence(capsys):
         "error: decpriv run: argument -c/--cfg: invalid choice: 'jobb' (choose from 'job', 'hydra', 'all'); "
         "decpriv run --help shows its arguments."
     )
+
+
+def test_a_parallel_sweeps_idle_workers_leave_ctrl_c_to_the_sweep(tmp_path, monkeypatch):
+    """A Ctrl-C landing in an idle loky worker (between jobs, or after the last) printed loky's traceback
+    under the sweep's one line: the workers that checked the jobs now ignore it until a job starts
+    (cli/job.py restores it there; a job that completes ignores it again)."""
+    import signal
+
+    from joblib import Parallel, delayed
+
+    from decpriv.cli.precheck import joblib_options, precheck
+
+    monkeypatch.chdir(tmp_path)
+    line = ["seed=0,1", *QUICK, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
+    plan = precheck(line, True)
+    handlers = Parallel(**joblib_options(plan.hydra.launcher))(
+        delayed(lambda: signal.getsignal(signal.SIGINT))() for _ in range(4)
+    )
+    assert handlers == [signal.SIG_IGN] * 4

@@ -93,6 +93,9 @@ def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, 
         return str(error), None
     finally:
         _freeze_imports()
+        from decpriv.cli.job import idle_until_next_job
+
+        idle_until_next_job()  # the worker waits for its first job: Ctrl-C is the sweep process's
 
 
 def _freeze_imports() -> None:
