@@ -371,17 +371,6 @@ def test_a_process_limit_above_the_systems_is_refused(tmp_path, monkeypatch, cap
     assert f"the system allows a user at most {hard} (RLIMIT_NPROC's hard limit)" in said
 
 
-def test_a_key_given_twice_in_one_run_is_refused(tmp_path, monkeypatch, capsys):
-    """``seed=1 seed=2``: Hydra keeps the last alone; the run would use another value than one typed."""
-    monkeypatch.chdir(tmp_path)
-    said = refused(capsys, "run", "seed=1", *QUICK, "seed=2")
-    assert said == (
-        "error: seed=1 and seed=2 both set seed, and Hydra keeps the last one alone, so the run would use "
-        "seed=2 only; give seed once"
-    )
-    assert main(["run", *QUICK, "seed=1", "seed=1", "hydra.run.dir=same"]) == 0  # the same value: one
-
-
 def test_a_pld_too_large_to_discretise_is_no_value_not_a_hang():
     """defense=dpsgd defense.epsilon=1e9 calibrated a noise multiplier near 1e-4, whose PLD (10^10 points a
     step) ran past 5 minutes in the account step; it is now no value, at once, and RDP's stands."""

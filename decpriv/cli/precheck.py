@@ -135,13 +135,6 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
 
 def _jobs_of(overrides: list[str], multirun: bool) -> list[list[str]]:
     if not multirun:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        try:
-            parsed = OverridesParser.create().parse_overrides(overrides)
-        except Exception:  # Hydra's grammar: refused in its own words when composed
-            return [overrides]
-        _refuse_twice_given(parsed, single=True)
         return [overrides]
     from decpriv.report.grid import expand
 
@@ -178,23 +171,18 @@ def refuse_repeated(overrides: list[str]) -> None:
             seen[same] = text
 
 
-def _refuse_twice_given(parsed: list[Any], single: bool = False) -> None:
-    """A key given twice in a sweep, once swept (``seed=0,1 seed=2,3``, ``seed=range(0,3) seed=1``), or
-    twice with two values in one run (``seed=1 seed=2``): Hydra keeps the last one alone, so the sweep would
-    silently run fewer jobs than the line reads, the run another value than one the user typed."""
+def _refuse_twice_given(parsed: list[Any]) -> None:
+    """A key given twice in a sweep, once swept (``seed=0,1 seed=2,3``, ``seed=range(0,3) seed=1``):
+    Hydra keeps the last one alone, so the sweep would silently run fewer jobs than the line reads."""
     first: dict[str, Any] = {}
     for override in parsed:
         key = override.get_key_element().lstrip("+~")
         earlier = first.setdefault(key, override)
-        differ = single and earlier.input_line != override.input_line
-        if earlier is not override and (
-            differ or earlier.is_sweep_override() or override.is_sweep_override()
-        ):
-            fix = "once" if single else "once, with every value it should take"
+        if earlier is not override and (earlier.is_sweep_override() or override.is_sweep_override()):
             raise ConfigError(
                 f"{earlier.input_line} and {override.input_line} both set {key}, and Hydra keeps the last one "
-                f"alone, so the {'run would use' if single else 'sweep would run'} {override.input_line} only; give "
-                f"{key} {fix}"
+                f"alone, so the sweep would run {override.input_line} only; give {key} once, with every "
+                "value it should take"
             )
 
 
