@@ -7,6 +7,7 @@ states a preset's ``claim``, both pages open with it beside the measured numbers
 """
 
 import base64
+import errno
 import html
 import numbers
 import os
@@ -299,6 +300,8 @@ def report(target: Path) -> tuple[Document, Path]:
 def write_whole(doc: Document, out: Path) -> Path:
     """:func:`write_document` into a staging folder beside ``out``, then put in place by renames: a write
     that fails (a full disk) leaves the earlier report, or none, never half of one."""
+    if out.exists() and not out.is_dir():  # someone's file: never replaced
+        raise NotADirectoryError(errno.ENOTDIR, "a file is where the report folder goes", str(out))
     staging, earlier = (out.with_name(f".{out.name}.{os.getpid()}.{end}") for end in ("tmp", "old"))
     try:
         write_document(doc, staging)
