@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from decpriv.config.user_conf import check_not_shadowed, unreadable_yaml
+from decpriv.config.user_conf import USER_CONF, check_not_shadowed, unreadable_yaml
 from decpriv.errors import ConfigError, bad_value
 
 if TYPE_CHECKING:  # pandas loads when tables are read: composing a config (a refusal) does without it
@@ -56,13 +56,42 @@ def compose_job(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig
     choices, the ``hydra`` node: run and sweep folders, launcher, sweeper params)."""
     with initialize_config_module("decpriv.conf", version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    hydra = cfg.hydra
-    choices = {
-        k: v for k, v in OmegaConf.to_container(hydra.runtime.choices).items() if not k.startswith("hydra")
-    }
+        hydra = cfg.hydra
+        choices = {
+            k: v
+            for k, v in OmegaConf.to_container(hydra.runtime.choices).items()
+            if not k.startswith("hydra")
+        }
+        _refuse_dropped_option(cfg, choices, overrides)
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices, hydra
+
+
+def _refuse_dropped_option(cfg: DictConfig, choices: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """An option of an optional group (``attack``) that does not exist: Hydra drops the group without a
+    word, so ``attack=diffgrd`` would train and record ``attack=none``. Refused with the close matches, as
+    Hydra refuses a missing option of any other group. The default ``${protocol}_default`` alone may be
+    absent (a protocol with no default attack), unless the user named it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    typed = {o.split("=", 1)[0].lstrip("+") for o in overrides if "=" in o}
+    loader = GlobalHydra.instance().config_loader()
+    for group, choice in choices.items():
+        if not isinstance(choice, str) or OmegaConf.select(cfg, group.replace("/", ".")) is not None:
+            continue
+        if group not in typed and choice == f"{choices.get('protocol')}_default":
+            continue
+        options = loader.get_group_options(group)  # decpriv's own: ./conf joins the search path at compose
+        options += sorted(f.stem for f in (USER_CONF / group).glob("*.yaml"))
+        if choice in options:
+            continue
+        near = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(near)}?" if near else f"`decpriv list {group}` shows its options"
+        raise ConfigError(
+            f"{group}={choice}: {group} has no option {choice}, and Hydra would drop this optional group "
+            f"without a word (a run with no {group}); {hint}"
+        )
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict]:
@@ -92,13 +121,17 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
     """Hydra's first line, with a did-you-mean from the known keys or options when one is close."""
     text = str(error).strip()
     unreadable = _unparsable(overrides)
+    empty = _empty_item(unreadable) if unreadable is not None else None
+    if empty is not None:
+        return empty
     if unreadable is not None:
         return (
             f"{unreadable}: Hydra's override grammar cannot read this (characters such as é, 日, $, "
             "parentheses or spaces need quotes: key='value'); quote the value or use letters, digits, "
             "'-', '_' and '.'"
         )
-    unreadable_file = unreadable_yaml() if "while " in text else None  # Hydra names no file
+    # Hydra names no file for a yaml it cannot parse or decode
+    unreadable_file = unreadable_yaml() if "while " in text or "codec can't decode" in text else None
     if unreadable_file is not None:
         return unreadable_file
     first = text.splitlines()[0]
@@ -106,7 +139,9 @@ def explain_composition(error: Exception, overrides: list[str]) -> str:
     missing = re.search(r"Could not find '(.+)/([^/']+)'", text)
     override = re.search(r"Could not override '([^']+)'", text)
     nulled = [o.split("=", 1)[0] for o in overrides if re.fullmatch(r"[\w/]+=null", o)]
-    if "Got NoneType" in first and nulled:
+    if first.startswith("Ambiguous value for argument"):
+        hint = "a list of values is a sweep: add -m, one job a value"
+    elif "Got NoneType" in first and nulled:
         hint = f"to drop a config group write ~{nulled[0]}, not {nulled[0]}=null"
     elif "submitit" in first:
         hint = "the slurm launcher needs Hydra's submitit plugin: make slurm, or pip install -e '.[slurm]'"
@@ -148,6 +183,25 @@ def _option_with(group: str, key: str) -> str:
     return f"choose {group}={' or '.join(options)} (it reads {group}.{key})" if options else ""
 
 
+def _empty_item(override: str) -> str | None:
+    """``seed=0,1,``, ``seed=,0``, ``seed=0,,1``: a list of values with an empty one, in one sentence."""
+    key, sep, value = override.partition("=")
+    items = value.split(",")
+    if not sep or len(items) < 2 or all(items) or any(c in value for c in "'\"[]{}()"):
+        return None
+    given = ",".join(item for item in items if item)
+    where = (
+        "ends with a comma"
+        if not items[-1]
+        else "starts with a comma"
+        if not items[0]
+        else "has two commas in a row"
+    )
+    return f"{override}: the list of values {where}, so one value is empty; write {key}={given}" + (
+        "" if given else " with a value"
+    )
+
+
 def _unparsable(overrides: list[str]) -> str | None:
     """The first override Hydra's grammar cannot parse (an unquoted ``name=héllo``), None when all parse."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -161,11 +215,31 @@ def _unparsable(overrides: list[str]) -> str | None:
     return None
 
 
+# groups every run builds (the rest, defense, accountant and attack, may be dropped with ~GROUP)
+REQUIRED_GROUPS = ("topology", "gossip_matrix", "data", "partition", "model", "protocol", "adversary")
+
+
+def refuse_dropped_required(overrides: list[str] | tuple[str, ...]) -> None:
+    """``~topology``: the run would fail later on a missing key ("not in struct"); said now."""
+    for override in overrides:
+        group = override[1:].split("=", 1)[0] if override.startswith("~") else None
+        if group in REQUIRED_GROUPS:
+            fix = "adversary=none (every node honest)" if group == "adversary" else f"{group}=OPTION"
+            article = "an" if group[0] in "aeiou" else "a"
+            raise ConfigError(
+                f"{override}: every run builds {article} {group}, so it cannot be dropped; choose one "
+                f"instead, {fix} (`decpriv list {group}` shows them)."
+            )
+
+
 def compose_or_refuse(overrides: list[str]) -> tuple[DictConfig, dict, DictConfig]:
     """:func:`compose_job`, refusing Hydra's composition errors in one sentence, and a chosen option
     whose ./conf yaml decpriv's own option of that name hides."""
+    refuse_dropped_required(overrides)
     try:
         composed = compose_job(overrides)
+    except ConfigError:
+        raise
     except Exception as error:  # Hydra's composition errors: unknown option, bad override syntax
         raise ConfigError(explain_composition(error, overrides)) from None
     check_not_shadowed(composed[1])

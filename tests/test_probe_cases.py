@@ -167,3 +167,251 @@ def test_every_node_corrupt_is_refused_without_naming_a_key_not_set(tmp_path, mo
     said = refused(capsys, "run", nodes, "protocol.rounds=2")
     assert "adversary='16 corrupt nodes of 16': no honest node neighbours the corrupt ones" in said
     assert "(adversary.count <= 15, or fewer adversary.nodes)" in said
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "attack=diffgrd"], "attack=diffgrd: attack has no option diffgrd"),
+        (["run", "attack=signflip"], "did you mean sign_flip?"),
+        (["run", "-m", "attack=mia,diffgrd"], "did you mean diffgrad?"),
+        (["run", "protocol=pdmm", "attack=gausian"], "did you mean gaussian?"),
+    ],
+)
+def test_a_misspelt_option_of_an_optional_group_is_refused(tmp_path, monkeypatch, capsys, argv, says):
+    """Hydra drops an optional group whose option it cannot find: the run trained with no attack."""
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, *argv, "protocol.rounds=2", "topology.n=4")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_protocol_without_a_default_attack_still_runs_none():
+    from decpriv.api import compose_config
+
+    cfg, choices = compose_config(["protocol=pdmm"])
+    assert choices["attack"] == "pdmm_default" and cfg.get("attack") is None
+
+
+DECOR = ["defense=decor", "protocol.rounds=2", "topology.n=4", "~attack", "plots=false"]
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (
+            ["defense.sigma_cor=1.0"],
+            "defense.sigma_cor=1.0: with a privacy target (defense.epsilon=10) the accountant calibrates "
+            "sigma_cor to meet it, so this value would be replaced",
+        ),
+        (
+            ["defense.sigma_cdp=1", "defense.cdp_excess=3"],
+            "defense.cdp_excess=3: is not read beside defense.sigma_cdp=1, which it would have set",
+        ),
+        (
+            ["defense.epsilon=null", "defense.sigma_cdp=1", "defense.sigma_cor=2", "defense.cdp_excess=3"],
+            "defense.cdp_excess=3: is not read while defense.epsilon=null",
+        ),
+        (
+            ["accountant=secldp", "defense.sigma_cdp=1", "accountant.cdp_excess=3"],
+            "accountant.cdp_excess=3: it sets sigma_cdp when the accountant calibrates it, and "
+            "defense.sigma_cdp=1 is given, so it would do nothing",
+        ),
+    ],
+)
+def test_a_decor_noise_the_user_set_is_never_replaced(tmp_path, monkeypatch, capsys, overrides, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", *DECOR, *overrides)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_ldp_sigma_beside_a_target_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", *DECOR, "defense=ldp", "defense.epsilon=5", "defense.sigma=2")
+    assert "defense.sigma=2: is not read while defense.epsilon=5 is set" in said
+
+
+def test_dp_accountings_numerical_fallback_is_no_value(caplog):
+    """At noise 2.8e8 a step, dp-accounting's RDP of a sampled Gaussian rounds below zero and it returns
+    epsilon 0 with an absl warning: no value (NaN), never a headline; its genuine 0 (the KL bound at an
+    unsampled Gaussian: total variation below delta) stays."""
+    import math
+
+    from decpriv.privacy.library import library_rdp_epsilon
+
+    assert math.isnan(library_rdp_epsilon("poisson", 0.3, 2.8e8, 2, 1e-5))
+    assert "Negative Renyi" not in caplog.text
+    assert library_rdp_epsilon("gaussian", 1.0, 1e6, 2, 1e-5) == 0.0
+    assert library_rdp_epsilon("poisson", 0.3, 1e2, 2, 1e-5) == pytest.approx(0.0218055, rel=1e-5)
+
+
+def test_dash_m_works_anywhere_on_the_line(tmp_path, monkeypatch, capsys):
+    """``-m`` after the overrides: Hydra's parser read decpriv's own sweeper override after the flag as an
+    unrecognized argument (exit 1, an empty sweep folder)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "seed=0,1", *QUICK, "hydra.sweep.dir=sw", "-m"]) == 0
+    assert main(["run", "seed=0,1", "-m", *QUICK, "hydra.sweep.dir=sw2"]) == 0
+    capsys.readouterr()
+    for sweep in ("sw", "sw2"):
+        assert sorted(p.name for p in Path(sweep).iterdir() if p.name.isdigit()) == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        (
+            "seed=0,1,",
+            "seed=0,1,: the list of values ends with a comma, so one value is empty; write seed=0,1",
+        ),
+        ("seed=,0", "seed=,0: the list of values starts with a comma, so one value is empty; write seed=0"),
+        ("seed=0,,1", "seed=0,,1: the list of values has two commas in a row"),
+    ],
+)
+def test_an_empty_value_in_a_sweep_is_named(tmp_path, monkeypatch, capsys, override, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", "-m", override, *QUICK)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_large_sweep_says_it_is_checking_its_jobs(monkeypatch, capsys):
+    """5000 jobs are checked for minutes before the first starts: a line says so (a bar at a terminal)."""
+    from decpriv.cli import precheck
+
+    monkeypatch.setattr(precheck, "SHOWN_FROM", 3)
+    plan = precheck.precheck(["seed=range(3)", *QUICK], True)
+    assert plan.count == 3 and len(plan.digests) == 3
+    assert "checking each of the 3 jobs before any starts" in capsys.readouterr().err
+
+
+def test_a_signal_after_every_job_ended_says_so(tmp_path, monkeypatch, capsys):
+    from decpriv.cli.run import _interrupted
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "seed=0,1", *QUICK, "hydra.sweep.dir=sw"]) == 0
+    capsys.readouterr()
+    stop = KeyboardInterrupt()
+    assert _interrupted(stop, True, Path("sw"), 2) == 130
+    said = " ".join(capsys.readouterr().err.split())
+    assert "after every job had ended: all 2 jobs of the sweep in sw completed; nothing to rerun" in said
+    assert "did not complete" not in said
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_none_or_the_earlier(tmp_path, monkeypatch, capsys):
+    """A full disk while the report is written: exit 1 in one line, and the report folder is the earlier
+    one (or absent), never aggregate.csv and plots without report.html."""
+    import errno
+    import shutil
+
+    from decpriv.report import document
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", *QUICK, "hydra.run.dir=r"]) == 0
+    real = document.write_atomic
+
+    def full(path, text):
+        if path.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(document, "write_atomic", full)
+    assert main(["report", "r"]) == 1
+    assert not Path("r/report").exists() and not list(Path("r").glob(".report.*"))
+    assert "No space left on device" in capsys.readouterr().err
+    monkeypatch.setattr(document, "write_atomic", real)
+    assert main(["report", "r"]) == 0
+    earlier = sorted(p.name for p in Path("r/report").rglob("*"))
+    monkeypatch.setattr(document, "write_atomic", full)
+    assert main(["report", "r"]) == 1
+    capsys.readouterr()
+    assert sorted(p.name for p in Path("r/report").rglob("*")) == earlier
+    shutil.rmtree("r")
+
+
+def test_a_plugin_module_that_does_not_parse_is_named_with_its_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Path("conf/topology").mkdir(parents=True)
+    Path("conf/topology/mine.yaml").write_text("_target_: broken_graphs.graph\nn: 4\n")
+    Path("broken_graphs.py").write_text("def graph(n):\n    return (\n")
+    said = refused(capsys, "run", "topology=mine", *QUICK)
+    assert said.startswith("error: topology._target_='broken_graphs.graph': its module does not parse: ")
+    assert "broken_graphs.py, line 2: '(' was never closed; fix that line." in said
+
+
+def test_a_binary_yaml_names_its_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("conf/topology").mkdir(parents=True)
+    Path("conf/topology/bin.yaml").write_bytes(b"\x00\x01\x02\xff\xfe")
+    said = refused(capsys, "run", "topology=bin", *QUICK)
+    assert said.startswith("error: conf/topology/bin.yaml: not valid YAML ('utf-8' codec can't decode")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["~topology"], "error: ~topology: every run builds a topology, so it cannot be dropped; choose one"),
+        (["~adversary"], "choose one instead, adversary=none (every node honest)"),
+        (["~protocol"], "error: ~protocol: every run builds a protocol"),
+        (["seed=0,1"], "(a list of values is a sweep: add -m, one job a value)"),
+    ],
+)
+def test_a_probe_of_odd_command_lines_gets_one_sentence_each(tmp_path, monkeypatch, capsys, argv, says):
+    """Found by the issue-54 probe: ~GROUP of a group every run builds failed mid-build (exit 1, "not in
+    struct"); a list without -m got Hydra's "Ambiguous value" alone."""
+    monkeypatch.chdir(tmp_path)
+    assert says in refused(capsys, "run", *argv)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_process_limit_above_the_systems_is_refused(tmp_path, monkeypatch, capsys):
+    """sandbox.processes=100000 passed the hard RLIMIT_NPROC, and the sealed attack died starting
+    (a ConnectionResetError named as the attack's result)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard process limit here")
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", f"sandbox.processes={hard}", *QUICK)
+    assert f"the system allows a user at most {hard} (RLIMIT_NPROC's hard limit)" in said
+
+
+def test_a_pld_too_large_to_discretise_is_no_value_not_a_hang():
+    """defense=dpsgd defense.epsilon=1e9 calibrated a noise multiplier near 1e-4, whose PLD (10^10 points a
+    step) ran past 5 minutes in the account step; it is now no value, at once, and RDP's stands."""
+    import math
+    import time
+
+    from decpriv.privacy.library import pld_epsilon
+
+    began = time.perf_counter()
+    assert math.isnan(pld_epsilon("poisson", 0.5, 1e-4, 3, 1e-5))
+    assert time.perf_counter() - began < 1
+    assert pld_epsilon("poisson", 0.5, 0.3, 3, 1e-5) == pytest.approx(35.6162, rel=1e-4)
+
+
+def test_a_flag_argparse_refuses_is_one_sentence(capsys):
+    """``decpriv run --cfg jobb`` printed argparse's seven-line usage before the error."""
+    said = refused(capsys, "run", "--cfg", "jobb")
+    assert said == (
+        "error: decpriv run: argument -c/--cfg: invalid choice: 'jobb' (choose from 'job', 'hydra', 'all'); "
+        "decpriv run --help shows its arguments."
+    )
+
+
+def test_a_parallel_sweeps_idle_workers_leave_ctrl_c_to_the_sweep(tmp_path, monkeypatch):
+    """A Ctrl-C landing in an idle loky worker (between jobs, or after the last) printed loky's traceback
+    under the sweep's one line: the workers that checked the jobs now ignore it until a job starts
+    (cli/job.py restores it there; a job that completes ignores it again)."""
+    import signal
+
+    from joblib import Parallel, delayed
+
+    from decpriv.cli.precheck import joblib_options, precheck
+
+    monkeypatch.chdir(tmp_path)
+    line = ["seed=0,1", *QUICK, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2"]
+    plan = precheck(line, True)
+    handlers = Parallel(**joblib_options(plan.hydra.launcher))(
+        delayed(lambda: signal.getsignal(signal.SIGINT))() for _ in range(4)
+    )
+    assert handlers == [signal.SIG_IGN] * 4

@@ -80,3 +80,16 @@ def test_the_audit_example_prints_what_the_readme_shows(tmp_path):
     excerpt = [line.rstrip().removesuffix(" ...") for line in command[2:]]
     at = [next(i for i, line in enumerate(printed) if line.startswith(part)) for part in excerpt]
     assert at == sorted(at)  # every line shown, in the order printed
+
+
+def test_the_readme_says_where_the_gpu_runs_attacks_computed_as_docs_speed_measured():
+    """docs/speed.md measured the H100's `make gpu-check` with every attack computing on the CPU, and the
+    later move of the attacks' work to their GPU not yet run on one: the README says the same, nowhere
+    that trials or inversions computed in the attack's GPU sandbox."""
+    root = Path(__file__).parents[1]
+    readme = " ".join(root.joinpath("README.md").read_text().split())
+    speed = " ".join(root.joinpath("docs/speed.md").read_text().split())
+    assert "every attack computed on the CPU" in readme and "has not run on a GPU yet" in readme
+    assert "where audit trials and inversions compute" not in readme
+    assert "every attack computed where its inputs were, on the CPU" in speed
+    assert "Both are unmeasured through the CLI on a GPU" in speed

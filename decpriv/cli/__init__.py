@@ -13,7 +13,7 @@ import warnings
 from rich.console import Console
 from rich.markup import escape
 
-from decpriv.cli.parser import build_parser
+from decpriv.cli.parser import build_parser, flags_first
 from decpriv.errors import ConfigError
 from decpriv.stderr import print_error, print_stderr
 
@@ -54,6 +54,8 @@ def _dispatch(argv: list[str], shown: Console) -> int:
     """Parse ``argv`` and run its command (``shown``: the console its tables and figures go to)."""
     from decpriv.cli import plot, reading
 
+    if argv[:1] == ["run"]:  # -m, --cfg ... anywhere on the line
+        argv = ["run", *flags_first(argv[1:])]
     try:
         ns = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help (0), or argparse's own refusal (2), already printed

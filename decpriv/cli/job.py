@@ -109,6 +109,8 @@ class HydraJob:
                 exit_on(error, bool(cfg.get("debug")))
             return error_text(error)
         job_log_line(out, "ended: completed")
+        if multirun and not is_sweep_process(Path(HydraConfig.get().sweep.dir)):
+            idle_until_next_job()
         return None
 
     def _prebuilt_of(self, cfg: DictConfig) -> Any:
@@ -137,7 +139,15 @@ def ignore_more_ctrl_c(stop: KeyboardInterrupt) -> None:
     job, if the sweep goes on (one worker signalled alone), takes Ctrl-C again."""
     from decpriv.scheduler import stopping_signal
 
-    if stopping_signal(stop) == "SIGINT" and not _off_main_thread() and not _IGNORING_CTRL_C:
+    if stopping_signal(stop) == "SIGINT":
+        idle_until_next_job()
+
+
+def idle_until_next_job() -> None:
+    """A parallel launcher's worker between jobs ignores Ctrl-C: the sweep's own process takes it and ends
+    the workers, and one landing in loky's worker loop would print its traceback. Its next job takes
+    Ctrl-C again."""
+    if not _off_main_thread() and not _IGNORING_CTRL_C:
         _IGNORING_CTRL_C.append(signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 

@@ -49,8 +49,30 @@ def _add_hydra_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument("-cn", "--config-name", help="the primary config's name")
     run.add_argument("-cd", "--config-dir", help="a folder added to the config search path")
     run.add_argument("--experimental-rerun", help="rerun a job from its pickled config")
-    infos = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-    run.add_argument("-i", "--info", const="all", nargs="?", choices=infos, help="Hydra's information")
+    run.add_argument("-i", "--info", const="all", nargs="?", choices=INFOS, help="Hydra's information")
+
+
+# Hydra's flags that take a value (-i's is optional: one of its choices when given)
+VALUED = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd"}
+VALUED |= {"--config-dir", "--experimental-rerun"}
+INFOS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def flags_first(args: list[str]) -> list[str]:
+    """``run``'s arguments with Hydra's flags (and their values) before the overrides: ``decpriv run
+    seed=0,1 -m`` as ``-m seed=0,1``, since both argparse parsers (ours, Hydra's) take the overrides as
+    one run of words, and overrides decpriv adds after them would follow a flag."""
+    flags, overrides, rest = [], [], list(args)
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("-"):  # an override (key=value, ~group, +key=value) never starts with -
+            overrides.append(word)
+            continue
+        flags.append(word)
+        takes = word in VALUED or (word in ("-i", "--info") and rest and rest[0] in INFOS)
+        if takes and rest:
+            flags.append(rest.pop(0))
+    return flags + overrides
 
 
 def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
@@ -73,7 +95,11 @@ def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
     diff.add_argument("a", type=Path)
     diff.add_argument("b", type=Path)
     diff.add_argument(
-        "--rtol", type=float, default=1e-9, help="relative tolerance for numbers (default 1e-9)"
+        "--rtol",
+        type=float,
+        default=1e-9,
+        help="relative tolerance for numbers (default 1e-9; at the defaults, two runs that recorded a "
+        "repeatable_within bound, CKKS's, compare their results within it; a tolerance given is used as is)",
     )
     diff.add_argument("--atol", type=float, default=0.0, help="absolute tolerance for numbers (default 0)")
     diff.add_argument(
@@ -94,6 +120,16 @@ def _add_reading_commands(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
 
 
+class OneLine(argparse.ArgumentParser):
+    """A subcommand's parser whose refusal is one sentence, not its usage dump: the fix is its --help."""
+
+    def error(self, message: str):
+        from decpriv.stderr import print_error
+
+        print_error(f"{self.prog}: {message}; {self.prog} --help shows its arguments.")
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``decpriv COMMAND ...``; each subcommand's namespace names it in ``command``."""
     parser = argparse.ArgumentParser(
@@ -102,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLine)
     run = commands.add_parser(
         "run",
         add_help=False,

@@ -3,12 +3,14 @@ config composed and built, no training; the launcher's options that would fail o
 
 import gc
 import json
+from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
 
 from decpriv.api import compose_or_refuse, explain_composition
 from decpriv.errors import ConfigError, bad_value
@@ -91,6 +93,9 @@ def _check_in_worker(job: list[str], overrides: list[str]) -> tuple[str | None, 
         return str(error), None
     finally:
         _freeze_imports()
+        from decpriv.cli.job import idle_until_next_job
+
+        idle_until_next_job()  # the worker waits for its first job: Ctrl-C is the sweep process's
 
 
 def _freeze_imports() -> None:
@@ -119,7 +124,9 @@ def _check_in_workers(jobs: list[list[str]], overrides: list[str], launcher: Dic
     parent neither imports torch nor builds the jobs one after another. Returns the jobs' digests."""
     from joblib import Parallel, delayed
 
-    found = Parallel(**joblib_options(launcher))(delayed(_check_in_worker)(job, overrides) for job in jobs)
+    parallel = Parallel(**joblib_options(launcher), return_as="generator")
+    checked = parallel(delayed(_check_in_worker)(job, overrides) for job in jobs)
+    found = list(_with_progress(checked, len(jobs)))
     refusal = next((refusal for refusal, _ in found if refusal is not None), None)
     if refusal is not None:
         raise ConfigError(refusal)
@@ -234,8 +241,35 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
             plan.digests = [experiment.config_digest(experiment.flatten_config(cfg, choices))]
     else:
         plan.digests = [check_job(cfg, choices, overrides, True)]
-        plan.digests += [check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:]]
+        rest = (check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:])
+        plan.digests += list(_with_progress(rest, len(jobs), done=1))
     return plan
+
+
+SHOWN_FROM = 50  # a sweep of this many jobs says that it is checking them (about 30 ms a job, 2 cores)
+
+
+def _with_progress(checked: Iterator[Any], count: int, done: int = 0) -> Iterator[Any]:
+    """The jobs' checks as they come, with a line saying so and, at a terminal, a bar (rich) on stderr:
+    a sweep of 5000 jobs is checked for minutes before any starts."""
+    if count < SHOWN_FROM:
+        yield from checked
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from decpriv.stderr import print_stderr
+
+    print_stderr(f"checking each of the {count} jobs before any starts (nothing runs until all pass)")
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a log file gets the line alone, not a bar's last frame
+        yield from checked
+        return
+    columns = (TextColumn("checking jobs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("check", total=count, completed=done)
+        for found in checked:
+            bar.advance(task)
+            yield found
 
 
 def refuse_visible_output(hydra: DictConfig, multirun: bool) -> None:

@@ -121,6 +121,12 @@ def _interrupted(stop: KeyboardInterrupt, multirun: bool, folder: Path | None, c
         print_stderr(f"[bold red]interrupted[/] by {name}: the run is marked failed (interrupted){where}.")
         return status
     table = _ledger_table(folder, count)
+    if table is not None and not table.empty and (table["status"] == "completed").all():
+        print_stderr(
+            f"[bold red]interrupted[/] by {name} after every job had ended: all {len(table)} jobs of the sweep "
+            f"in {folder} completed; nothing to rerun (decpriv show {folder})."
+        )
+        return status
     said = _not_completed(folder, table) if table is not None and not table.empty else "no job ran"
     print_stderr(
         f"[bold red]interrupted[/] by {name}: the sweep in {folder} stopped; {escape(said)}; "

@@ -18,7 +18,7 @@ def unreadable_yaml() -> str | None:
     for file in sorted(USER_CONF.rglob("*.yaml")):
         try:
             yaml.safe_load(file.read_text())
-        except (OSError, yaml.YAMLError) as error:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
             where = getattr(error, "problem_mark", None)
             line = f", line {where.line + 1}" if where is not None else ""
             problem = getattr(error, "problem", None) or getattr(error, "context", None) or str(error)

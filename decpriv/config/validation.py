@@ -5,6 +5,7 @@ sentence naming the key, the value and the fix.
 """
 
 import difflib
+import importlib
 import inspect
 import math
 import re
@@ -12,7 +13,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from decpriv.config.declarations import UNRECORDED, Declaration, known, remember
@@ -45,13 +45,61 @@ INJECTED = {
 }  # filled in by the pipeline
 
 
+def locate(target: str) -> Any:
+    """The object a dotted ``_target_`` names, imported as Hydra's ``get_object`` does (the longest module
+    prefix, then attributes), without Hydra's logged lines: a plugin module that fails to import raises
+    its own error (a SyntaxError names its file and line), not "is it installed?"."""
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            found = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and (name == error.name or name.startswith(f"{error.name}.")):
+                continue  # this prefix is no module: a shorter one may be, with attributes after it
+            raise
+        for attribute in parts[cut:]:
+            found = getattr(found, attribute)
+        return found
+    raise ModuleNotFoundError(f"no module named {parts[0]!r}", name=parts[0])
+
+
+def _unimportable(group: str, target: str, error: Exception) -> ConfigError:
+    """One sentence for a ``_target_`` that does not import: the syntax error's file and line, the missing
+    module, the attribute not there, or the error its module raised."""
+    key = f"{group}._target_"
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}, line {error.lineno}"
+        return bad_value(key, target, f"its module does not parse: {where}: {error.msg}", "fix that line")
+    if isinstance(error, ModuleNotFoundError) and error.name != target.split(".")[0]:
+        return bad_value(
+            key, target, f"its module imports {error.name!r}, which is not installed", f"install {error.name}"
+        )
+    if isinstance(error, ModuleNotFoundError):
+        return bad_value(
+            key,
+            target,
+            f"cannot be imported: no module named {error.name!r}",
+            "check the module path (a module of the working folder needs it on PYTHONPATH)",
+        )
+    if isinstance(error, AttributeError):
+        return bad_value(key, target, f"cannot be found: {error}", "check the name after the module")
+    return bad_value(
+        key, target, f"its module raised {type(error).__name__} on import: {error}", "fix the module"
+    )
+
+
+def import_target(group: str, target: str) -> Any:
+    try:
+        return locate(target)
+    except Exception as error:  # whatever importing a user's module raises: said in one sentence
+        raise _unimportable(group, target, error) from None
+
+
 def declaration(group: str, target: str) -> Declaration:
     """The keys ``target`` accepts, read from its signature (importing it) and remembered for the next
     command line (:mod:`decpriv.config.declarations`)."""
-    try:
-        obj = get_object(target)
-    except Exception:
-        raise bad_value(f"{group}._target_", target, "cannot be imported", "check the module path") from None
+    obj = import_target(group, target)
     params = inspect.signature(obj).parameters
     hints = declared(obj.__init__ if inspect.isclass(obj) else obj)
     found = Declaration(
@@ -192,7 +240,7 @@ def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or node.get("_target_") is None:
             continue
-        unread = getattr(get_object(node._target_), "unread", None)
+        unread = getattr(import_target(group, str(node._target_)), "unread", None)
         for key, why in (unread(node) if unread else {}).items():
             if f"{group}.{key}" in given:
                 raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
@@ -247,6 +295,25 @@ def _unsafe_in(name: str) -> str:
     return f"{why} and may not contain {shown}"
 
 
+def _check_process_limit(processes: Any) -> None:
+    """``sandbox.processes`` is added to this user's processes as the attack's RLIMIT_NPROC, which may not
+    pass the hard limit the system sets: the sealed process would die starting (a reset connection)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    if not isinstance(processes, int) or not processes or hard == resource.RLIM_INFINITY:
+        return
+    most = hard - sandbox.users_processes()
+    if processes > most:
+        raise bad_value(
+            "sandbox.processes",
+            processes,
+            f"the attack's process limit is this user's {hard - most} processes plus this, and the system "
+            f"allows a user at most {hard} (RLIMIT_NPROC's hard limit)",
+            f"use sandbox.processes={max(most, 0)} or fewer",
+        )
+
+
 def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
     """Refuse a bad config in one sentence (ConfigError), before anything is built (``recorded_only``:
     plugins' keys only where their declarations are recorded: nothing imported, torch not loaded)."""
@@ -288,6 +355,7 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
     if not isinstance(limits, DictConfig):
         raise bad_value("sandbox", limits, "the sandbox's limits are keys", "use e.g. sandbox.memory_gib=16")
     sandbox.check(OmegaConf.to_container(limits))
+    _check_process_limit(limits.get("processes"))
     claim = cfg.get("claim")
     if claim is not None:  # read by `decpriv report`; its shape is checked now, its columns then
         from decpriv.report.claims import parse_claim

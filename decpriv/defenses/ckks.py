@@ -20,8 +20,9 @@ from decpriv.errors import bad_value
 # Largest total coefficient modulus (bits) for 128-bit classical security with a ternary secret: the
 # HomomorphicEncryption.org standard (Albrecht et al. 2018, Table 1), SEAL's CoeffModulus::MaxBitCount.
 MAX_MODULUS_BITS_128 = {2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
-PRIME_BITS = (20, 60)  # SEAL takes at most 60 bits a prime; below 20, too few primes = 1 mod 2N exist
-EXAMPLE = {2048: "[27, 27]", 4096: "[40, 20, 40]", 8192: "[60, 40, 40, 60]", 16384: "[60, 40, 40, 40, 60]"}
+PRIME_BITS = (2, 60)  # SEAL's CoeffModulus::Create (SEAL_USER_MOD_BIT_COUNT_MIN/MAX); whether enough primes
+# = 1 mod 2N exist at a size is checked apart, as SEAL finds them
+SCALE_BITS = (20, 59)  # decpriv's own range of defense.scale_bits (Homomorphic's declaration)
 WITNESSES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)  # a deterministic Miller-Rabin below 2^64
 
 
@@ -87,28 +88,69 @@ class CkksParameters:
 
     def check(self) -> None:
         """Refuse parameters below 128-bit security or that SEAL rejects, each in its own sentence."""
-        _check_shape(self.poly_modulus_degree, self.coeff_mod_bit_sizes)
-        _check_primes(self.poly_modulus_degree, self.coeff_mod_bit_sizes)
+        _check_shape(self.poly_modulus_degree, self.coeff_mod_bit_sizes, self.scale_bits)
+        _check_primes(self.poly_modulus_degree, self.coeff_mod_bit_sizes, self.scale_bits)
         _check_scale(self.poly_modulus_degree, self.coeff_mod_bit_sizes, self.scale_bits)
 
 
 KEY = "defense.coeff_mod_bit_sizes"
 
 
-def _check_shape(n: int, bits: Sequence[Any]) -> None:
-    example = EXAMPLE.get(n, "[60, 40, 40, 60]")
+def fits(n: int, bits: Sequence[int], scale_bits: int) -> bool:
+    """Whether SEAL takes these parameters: the checks below, without their sentences."""
+    low, high = PRIME_BITS
+    if len(bits) < 2 or not all(low <= b <= high for b in bits) or sum(bits) > MAX_MODULUS_BITS_128[n]:
+        return False
+    if any(len(seal_primes(n, size, list(bits).count(size))) < list(bits).count(size) for size in set(bits)):
+        return False
+    return scale_bits + 1 < _data_modulus(n, bits).bit_length()
+
+
+def _data_modulus(n: int, bits: Sequence[int]) -> int:
+    """The data primes' product (every prime but the last, the special one), as SEAL builds it."""
+    data = 1
+    for size in sorted(set(bits[:-1])):
+        for prime in seal_primes(n, size, list(bits[:-1]).count(size)):
+            data *= prime
+    return data
+
+
+def _fitting(n: int, scale_bits: int) -> tuple[int, ...] | None:
+    """The default's shape where it fits, else the fewest bits: one data prime, one special."""
+    shapes = [(60, 40, 40, 60), (60, 40, 60), (60, 60)]
+    shapes += [(data, special) for data in range(scale_bits + 2, 61) for special in range(60, 1, -1)]
+    return next((bits for bits in shapes if fits(n, bits, scale_bits)), None)
+
+
+@cache
+def example(n: int, scale_bits: int) -> str:
+    """A setting SEAL takes at ring dimension ``n``, within decpriv's ranges, for a refusal's fix, as typed:
+    primes at this scale, else the largest scale that has some, else the default ring dimension."""
+    low, high = SCALE_BITS
+    for scale in range(min(max(scale_bits, low), high), low - 1, -1):
+        bits = _fitting(n, scale)
+        if bits is not None:
+            primes = f"{KEY}=[{','.join(map(str, bits))}]"
+            return primes if scale == scale_bits else f"defense.scale_bits={scale} {primes}"
+    return "defense.poly_modulus_degree=8192"
+
+
+def _check_shape(n: int, bits: Sequence[Any], scale_bits: int = 40) -> None:
     if len(bits) < 2:
         raise bad_value(
             KEY,
             list(bits),
             "needs two or more primes: the last is SEAL's special prime for key switching, the others "
             "hold the data",
-            f"use e.g. {example} at N={n}",
+            f"use e.g. {example(n, scale_bits)}",
         )
     wrong = next((b for b in bits if not isinstance(b, int) or isinstance(b, bool)), None)
     if wrong is not None:
         raise bad_value(
-            KEY, list(bits), f"lists {wrong!r}, and each entry is a prime's bit count", f"use e.g. {example}"
+            KEY,
+            list(bits),
+            f"lists {wrong!r}, and each entry is a prime's bit count",
+            f"use e.g. {example(n, scale_bits)}",
         )
     low, high = PRIME_BITS
     outside = next((b for b in bits if not low <= b <= high), None)
@@ -116,8 +158,9 @@ def _check_shape(n: int, bits: Sequence[Any]) -> None:
         raise bad_value(
             KEY,
             list(bits),
-            f"lists a {outside}-bit prime, and SEAL's primes here have {low} to {high} bits",
-            f"use e.g. {example} at N={n}",
+            f"lists a {outside}-bit prime, and SEAL takes {low} to {high} bits a prime (SEAL: bit_sizes is "
+            "invalid)",
+            f"use e.g. {example(n, scale_bits)}",
         )
     top = MAX_MODULUS_BITS_128[n]
     if sum(bits) > top:
@@ -125,11 +168,11 @@ def _check_shape(n: int, bits: Sequence[Any]) -> None:
             KEY,
             list(bits),
             f"sums to {sum(bits)} bits, and 128-bit security at N={n} allows at most {top}",
-            f"drop or shrink primes (e.g. {example}), or raise defense.poly_modulus_degree",
+            f"drop or shrink primes (e.g. {example(n, scale_bits)}), or raise defense.poly_modulus_degree",
         )
 
 
-def _check_primes(n: int, bits: Sequence[int]) -> None:
+def _check_primes(n: int, bits: Sequence[int], scale_bits: int = 40) -> None:
     for size in sorted(set(bits)):
         wanted = list(bits).count(size)
         found = len(seal_primes(n, size, wanted))
@@ -137,25 +180,47 @@ def _check_primes(n: int, bits: Sequence[int]) -> None:
             raise bad_value(
                 KEY,
                 list(bits),
-                f"asks for {wanted} primes of {size} bits at N={n}, and only {found} such "
+                f"asks for {wanted} prime{'' if wanted == 1 else 's'} of {size} bits at N={n}, and only {found} such "
                 f"prime{'' if found == 1 else 's'} (= 1 mod 2N) exist (SEAL: failed to find enough qualifying primes)",
-                "use fewer or larger primes, or a smaller defense.poly_modulus_degree",
+                f"use fewer or larger primes (e.g. {example(n, scale_bits)}), or a smaller "
+                "defense.poly_modulus_degree",
             )
 
 
 def _check_scale(n: int, bits: Sequence[int], scale_bits: int) -> None:
-    data = 1
-    for size in sorted(set(bits[:-1])):  # the data primes' product, as SEAL builds it
-        for prime in seal_primes(n, size, list(bits[:-1]).count(size)):
-            data *= prime
+    data = _data_modulus(n, bits)
     if scale_bits + 1 >= data.bit_length():
+        most = data.bit_length() - 2
+        lower = f"defense.scale_bits <= {most}, or " if most >= SCALE_BITS[0] else ""
         raise bad_value(
             "defense.scale_bits",
             scale_bits,
             f"the scale 2^{scale_bits} must stay below the data primes' modulus with a bit to spare, and "
             f"{list(bits[:-1])} at N={n} make a {data.bit_length()}-bit one (SEAL: scale out of bounds)",
-            f"use defense.scale_bits <= {data.bit_length() - 2}, or larger data primes",
+            f"use {lower}larger data primes (e.g. {example(n, scale_bits)})",
         )
+
+
+def flood_std(scale_bits: int, flood_bits: int) -> float:
+    """The flooding noise's std a coordinate: 2^flood_bits times CKKS's error 2^(13 - scale_bits)."""
+    return float(2.0 ** (flood_bits + 13 - scale_bits))
+
+
+def check_flood(scale_bits: int, flood_bits: int | None) -> None:
+    """Flooding noise of std 1 or more a coordinate is as large as the weights it is added to: the released
+    model is noise, and training only diverges ("lower protocol.lr" would be the wrong fix)."""
+    if flood_bits is None or flood_std(scale_bits, flood_bits) < 1:
+        return
+    most = scale_bits - 14  # the largest flood_bits whose std, 2^(flood_bits + 13 - scale_bits), is below 1
+    fix = [f"defense.flood_bits={most}" if most >= 1 else ""]
+    fix += [f"defense.scale_bits={flood_bits + 14}" if flood_bits + 14 <= SCALE_BITS[1] else ""]
+    raise bad_value(
+        "defense.flood_bits",
+        flood_bits,
+        f"at defense.scale_bits={scale_bits} it adds noise of std 2^{flood_bits + 13 - scale_bits} = "
+        f"{flood_std(scale_bits, flood_bits):g} a coordinate to the released model, as large as its weights",
+        f"use {' or '.join(f for f in fix if f)} (noise std 2^(flood_bits + 13 - scale_bits), below 1)",
+    )
 
 
 def check_config(node: Any) -> None:
@@ -167,3 +232,5 @@ def check_config(node: Any) -> None:
     if n not in MAX_MODULUS_BITS_128 or not isinstance(scale, int) or not isinstance(bits, Sequence | list):
         return  # refused by the keys' own declarations, in their words
     CkksParameters(n, tuple(bits), scale).check()
+    flood = get("flood_bits")
+    check_flood(scale, flood if isinstance(flood, int) and not isinstance(flood, bool) else None)

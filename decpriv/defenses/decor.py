@@ -65,11 +65,29 @@ class Decor(PrivacyUnit, Defense):
                 "without a privacy target (defense.epsilon=null) both noise levels must be given",
                 f"set {missing}, or a target defense.epsilon",
             )
+        if epsilon is not None and sigma_cor is not None:
+            raise bad_value(
+                "defense.sigma_cor",
+                sigma_cor,
+                f"with a privacy target (defense.epsilon={epsilon:g}) the accountant calibrates sigma_cor to "
+                "meet it, so this value would be replaced",
+                "drop defense.sigma_cor, or set defense.epsilon=null to run with both sigmas given "
+                "(defense.sigma_cdp too)",
+            )
         self.clip, self.sigma_cdp, self.sigma_cor = clip, sigma_cdp, sigma_cor
         self.epsilon, self.cdp_excess = epsilon, cdp_excess
         self.level, self.batch_sampler = level, batch_sampler(level, sampler)
         self._edges: torch.Tensor | None = None
         self._pairs: torch.Generator | None = None
+
+    @staticmethod
+    def unread(node: Any) -> dict[str, str]:
+        """``cdp_excess`` sets sigma_cdp only when the accountant calibrates it (a target, no sigma_cdp)."""
+        if node.get("epsilon") is None:
+            return {"cdp_excess": "while defense.epsilon=null: nothing is calibrated"}
+        if node.get("sigma_cdp") is not None:
+            return {"cdp_excess": f"beside defense.sigma_cdp={node.sigma_cdp}, which it would have set"}
+        return {}
 
     def bind(self, setup: Built) -> None:
         """Take the edge list and the pairs' stream from the built setup (before the simulation)."""

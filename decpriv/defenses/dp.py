@@ -139,6 +139,16 @@ class GaussianDefense(PrivacyUnit, Defense):
         self.clip, self.sigma, self.epsilon = clip, sigma, epsilon
         self.level, self.batch_sampler = level, batch_sampler(level, sampler)
 
+    @staticmethod
+    def unread(node: Any) -> dict[str, str]:
+        """``sigma`` is replaced by the calibrated value while a target ``epsilon`` is set."""
+        if node.get("epsilon") is None:
+            return {}
+        return {
+            "sigma": f"while defense.epsilon={node.epsilon} is set: the accountant calibrates sigma to meet it "
+            "(defense.epsilon=null runs this sigma)"
+        }
+
     def calibrate(self, sigma: float) -> None:
         """Set the noise multiplier found by the accountant for the target ``epsilon``."""
         self.sigma = float(sigma)

@@ -24,6 +24,8 @@ the clients: the attacks read the users' view of the global model from the serve
 
 SEAL draws keys and encryption noise from the operating system (TenSEAL takes no seed): two runs of one
 config repeat within the bound :meth:`Homomorphic.repeatable_within` records, which ``decpriv diff`` uses.
+The flooding noise is drawn from the run's seeded stream ``defense.flood`` (the key holders' randomness,
+which the simulated server never holds), so two flooded runs differ by CKKS's error alone.
 
 What the adversary records (``adversary=server``): for each honest client only the fact that it sent a
 ciphertext (``Recorder.mark_encrypted``; no plaintext, NaN values), and the decrypted aggregate
@@ -32,7 +34,6 @@ decrypt any update it intercepts: if the adversary controls a client (``adversar
 key and its record is every update in the clear.
 """
 
-import secrets
 import time
 import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -42,7 +43,7 @@ import torch
 
 from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Built, Defense, sent_to_server
-from decpriv.defenses.ckks import CkksParameters
+from decpriv.defenses.ckks import CkksParameters, check_flood, flood_std
 from decpriv.errors import bad_value
 
 if TYPE_CHECKING:
@@ -125,11 +126,14 @@ class Homomorphic(Defense):
     ):
         self.params = CkksParameters(poly_modulus_degree, tuple(coeff_mod_bit_sizes), scale_bits)
         # Li and Micciancio's passive key recovery reads the exact decryption: flooding drowns its error
-        self.flood_std = None if flood_bits is None else 2.0**flood_bits * self.params.error_bound
+        self.flood_std = None if flood_bits is None else flood_std(scale_bits, flood_bits)
         self.params.check()
+        check_flood(scale_bits, flood_bits)
         self._cost = {"bytes_up": 0, "bytes_down": 0, "encrypt": 0.0, "aggregate": 0.0, "decrypt": 0.0}
         self._rounds, self._updates, self._p = 0, 0, 0
-        self._errors: list[float] = []
+        self._errors: list[float] = []  # the released sum's, flooding included
+        self._ckks_errors: list[float] = []  # the decryption's alone: what two runs of one config differ by
+        self._flood: np.random.Generator | None = None
         self._key_leaked = False
         self._warned = False
 
@@ -147,6 +151,7 @@ class Homomorphic(Defense):
                 "use protocol=fedavg or fedsgd, where a server adds ciphertexts it cannot decrypt",
             )
         self._keys = KeyHolders(self.params)
+        self._flood = setup.seeds.numpy("defense.flood")
         self._server = Server(self._keys.public_context)
         self._p = setup.model.p
         nodes = np.asarray(setup.adversary.nodes, dtype=np.int64)
@@ -172,7 +177,8 @@ class Homomorphic(Defense):
         encrypted = time.perf_counter()
         summed = self._server.add(wire)
         added = time.perf_counter()
-        aggregate = self._flooded(self._keys.decrypt(summed, self._p))
+        decrypted = self._keys.decrypt(summed, self._p)
+        aggregate = self._flooded(decrypted)
         cost = self._cost
         cost["encrypt"] += encrypted - clock
         cost["aggregate"] += added - encrypted
@@ -180,6 +186,7 @@ class Homomorphic(Defense):
         cost["bytes_up"] += sum(len(blob) for blob in wire)
         cost["bytes_down"] += len(summed)
         self._errors.append(float(np.abs(aggregate - contributions.sum(0)).max()))
+        self._ckks_errors.append(float(np.abs(decrypted - contributions.sum(0)).max()))
         if self._errors[-1] > LARGE_ERROR and not self._warned and self.flood_std is None:
             self._warned = True
             warnings.warn(
@@ -198,11 +205,10 @@ class Homomorphic(Defense):
     def _flooded(self, decrypted: np.ndarray) -> np.ndarray:
         """The decrypted sum as the key holders release it: with ``flood_bits``, plus Gaussian noise of
         std 2^flood_bits times CKKS's error (noise flooding, OpenFHE's NOISE_FLOODING_DECRYPT), drawn from
-        the operating system: noise drawn from the run's seed could be recomputed and taken off."""
-        if self.flood_std is None:
+        the key holders' seeded stream: the same in two runs of one config, unknown to the server."""
+        if self.flood_std is None or self._flood is None:
             return decrypted
-        noise = np.random.default_rng(secrets.randbits(128)).normal(0.0, self.flood_std, decrypted.shape)
-        return decrypted + noise
+        return decrypted + self._flood.normal(0.0, self.flood_std, decrypted.shape)
 
     def _check_range(self, contributions: np.ndarray) -> None:
         peak = float(np.abs(contributions).sum(0).max()) if contributions.size else 0.0
@@ -226,9 +232,9 @@ class Homomorphic(Defense):
         recorder.record_hidden(aggregate[None], plain)
 
     def _error_bound(self) -> float:
-        """A decrypted coordinate's error, per value: the larger of the run's measured largest and the
-        analytic 2^(13 - scale_bits) (flooding included, since it is measured)."""
-        return max(self._errors + [self.params.error_bound])
+        """A decrypted coordinate's CKKS error, per value: the larger of the run's measured largest and the
+        analytic 2^(13 - scale_bits). Flooding is left out: two runs of one config draw the same."""
+        return max(self._ckks_errors + [self.params.error_bound])
 
     def _repeat_rtol(self) -> float:
         """How far two runs of one config may drift apart, relative: each round's aggregate is off by at

@@ -156,6 +156,7 @@ class SecLDPAccountant(Accountant):
         check_threat(self.threat, self.collusion, n)
         if self.threat == "collusion" and mechanism.correlated and self.collusion >= n - 1:
             raise bad_value("accountant.collusion", self.collusion, "no two honest users remain", "lower it")
+        self._refuse_unused_excess(defense)
         target_slope = None if mechanism.target is None else self.slope_for_target(setup, mechanism.target)
         self._target = mechanism.target
         if not mechanism.correlated:
@@ -203,6 +204,24 @@ class SecLDPAccountant(Accountant):
                 f"use {key}={math.ceil(needed * 1.1 * 10) / 10:g}, or raise the epsilon target",
             ) from None
         defense.calibrate(sigma_cdp, sigma_cor)
+
+    def _refuse_unused_excess(self, defense: object) -> None:
+        """``accountant.cdp_excess`` picks DECOR's sigma_cdp only when it is calibrated: beside a given
+        sigma_cdp, or with no target, it would be recorded and do nothing."""
+        if self.cdp_excess is None or defense.name != "decor":
+            return
+        if defense.sigma_cdp is not None or defense.epsilon is None:
+            beside = (
+                f"defense.sigma_cdp={defense.sigma_cdp:g} is given"
+                if defense.sigma_cdp is not None
+                else "defense.epsilon=null calibrates nothing"
+            )
+            raise bad_value(
+                "accountant.cdp_excess",
+                self.cdp_excess,
+                f"it sets sigma_cdp when the accountant calibrates it, and {beside}, so it would do nothing",
+                "drop one of the two",
+            )
 
     def _least_private(self, setup: Setup, target_slope: float, high: float = 1e6) -> float:
         """The sigma_cdp whose worst slope meets the target with sigma_cor at ``high`` C (the least private

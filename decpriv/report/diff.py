@@ -75,10 +75,17 @@ class Bound:
     why: str
 
 
+# diff's own tolerance; a recorded bound stands in for it only while the user gave no other
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-9, 0.0
+
+
 def recorded_bound(status_a: dict, status_b: dict) -> Bound | None:
-    """The looser of the two runs' recorded bounds; None unless both runs recorded one."""
+    """The looser of the two runs' recorded bounds; None unless both runs recorded one, and None for a
+    relative bound of 1 or more, which would call any two numbers of one sign the same."""
     found = [s.get("repeatable_within") for s in (status_a, status_b)]
     if not all(isinstance(f, dict) and isinstance(f.get("rtol"), int | float) for f in found):
+        return None
+    if not all(0 <= float(f["rtol"]) < 1 for f in found):
         return None
     varies = frozenset(str(c) for f in found for c in f.get("varies", []))
     first = found[0]
@@ -108,8 +115,10 @@ def split_rows_by_bound(
 
 
 def _split(found: TableDiff, bounds: list, rtol: float, atol: float, results: set[str] | None) -> None:
+    """The bound replaces diff's default tolerance only: a tolerance the user gave (``--rtol 0 --atol 0``)
+    is used as given, and nothing it calls different is accepted by a bound."""
     changed = found.changed
-    if changed.empty:
+    if changed.empty or (rtol, atol) != (DEFAULT_RTOL, DEFAULT_ATOL):
         return
     inside = np.array(
         [

@@ -7,8 +7,11 @@ states a preset's ``claim``, both pages open with it beside the measured numbers
 """
 
 import base64
+import errno
 import html
 import numbers
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -294,4 +297,23 @@ def report(target: Path) -> tuple[Document, Path]:
     if claim is not None:
         doc.claim = claim
         doc.pictures = [p for p in doc.pictures if p not in claim.pictures]  # shown once, in the claim
-    return doc, write_document(doc, target / REPORT_DIR)
+    return doc, write_whole(doc, target / REPORT_DIR)
+
+
+def write_whole(doc: Document, out: Path) -> Path:
+    """:func:`write_document` into a staging folder beside ``out``, then put in place by renames: a write
+    that fails (a full disk) leaves the earlier report, or none, never half of one."""
+    if out.exists() and not out.is_dir():  # someone's file: never replaced
+        raise NotADirectoryError(errno.ENOTDIR, "a file is where the report folder goes", str(out))
+    staging, earlier = (out.with_name(f".{out.name}.{os.getpid()}.{end}") for end in ("tmp", "old"))
+    try:
+        write_document(doc, staging)
+        if out.exists():
+            os.replace(out, earlier)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if earlier.exists() and not out.exists():  # the new one never arrived: the earlier stays
+            os.replace(earlier, out)
+        shutil.rmtree(earlier, ignore_errors=True)
+    return out
