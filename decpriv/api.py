@@ -254,6 +254,7 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     from decpriv import experiment  # torch: imported by running, not by composing
 
     cfg, choices = compose_or_refuse(_one_job(overrides))[:2]
+    _check_typed(cfg, choices, list(overrides))
     prebuilt = experiment.precheck(cfg, choices)
     from decpriv.report.run_folder import claim_folder, claim_named_folder
 
@@ -271,6 +272,16 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     (out / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
     experiment.run(cfg, out, choices, prebuilt=prebuilt)
     return load(out)
+
+
+def _check_typed(cfg: DictConfig, choices: dict, overrides: list[str]) -> None:
+    """What the CLI's precheck refuses of the values a user typed, refused here too: an override is typed
+    by the user whether it comes from a shell or a script (a value set is used or refused, never replaced)."""
+    from decpriv.config.validation import check_adversary_read, check_choices, check_unread
+
+    check_choices(cfg, choices)
+    check_unread(cfg, overrides)
+    check_adversary_read(choices, overrides)
 
 
 def _one_job(overrides: object) -> list[str]:

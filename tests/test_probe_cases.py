@@ -1,6 +1,7 @@
 """Odd inputs a probe of new users' commands found: each refused in one sentence naming what to change
 (exit status 2, nothing written), or said where it was silent."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -415,3 +416,25 @@ def test_a_parallel_sweeps_idle_workers_leave_ctrl_c_to_the_sweep(tmp_path, monk
         delayed(lambda: signal.getsignal(signal.SIGINT))() for _ in range(4)
     )
     assert handlers == [signal.SIG_IGN] * 4
+
+
+@pytest.mark.parametrize(
+    "typed, said",
+    [
+        (["defense=ldp", "defense.epsilon=5", "defense.sigma=2"], "defense.sigma=2: is not read while"),
+        (
+            ["defense=decor", "defense.sigma_cdp=1.0", "defense.cdp_excess=2.0"],
+            "defense.cdp_excess=2.0: is not read",
+        ),
+    ],
+)
+def test_the_python_api_refuses_a_typed_value_it_would_not_use(tmp_path, monkeypatch, typed, said):
+    """decpriv.api.run takes overrides as the CLI does: a value it would replace or ignore is refused there
+    too, before any folder exists."""
+    from decpriv import api
+    from decpriv.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        api.run([*QUICK, *typed], out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
