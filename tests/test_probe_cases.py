@@ -373,7 +373,8 @@ def test_a_process_limit_above_the_systems_is_refused(tmp_path, monkeypatch, cap
         pytest.skip("no hard process limit here")
     monkeypatch.chdir(tmp_path)
     said = refused(capsys, "run", f"sandbox.processes={hard}", *QUICK)
-    assert f"the system allows a user at most {hard} (RLIMIT_NPROC's hard limit)" in said
+    assert f"more than this machine lets one user start ({hard}, RLIMIT_NPROC)" in said
+    assert f"use sandbox.processes={max(hard - 1024, 0)} or fewer" in said
 
 
 def test_a_pld_too_large_to_discretise_is_no_value_not_a_hang():

@@ -295,25 +295,6 @@ def _unsafe_in(name: str) -> str:
     return f"{why} and may not contain {shown}"
 
 
-def _check_process_limit(processes: Any) -> None:
-    """``sandbox.processes`` is added to this user's processes as the attack's RLIMIT_NPROC, which may not
-    pass the hard limit the system sets: the sealed process would die starting (a reset connection)."""
-    import resource
-
-    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    if not isinstance(processes, int) or not processes or hard == resource.RLIM_INFINITY:
-        return
-    most = hard - sandbox.users_processes()
-    if processes > most:
-        raise bad_value(
-            "sandbox.processes",
-            processes,
-            f"the attack's process limit is this user's {hard - most} processes plus this, and the system "
-            f"allows a user at most {hard} (RLIMIT_NPROC's hard limit)",
-            f"use sandbox.processes={max(most, 0)} or fewer",
-        )
-
-
 def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
     """Refuse a bad config in one sentence (ConfigError), before anything is built (``recorded_only``:
     plugins' keys only where their declarations are recorded: nothing imported, torch not loaded)."""
@@ -355,7 +336,6 @@ def validate(cfg: DictConfig, recorded_only: bool = False) -> None:
     if not isinstance(limits, DictConfig):
         raise bad_value("sandbox", limits, "the sandbox's limits are keys", "use e.g. sandbox.memory_gib=16")
     sandbox.check(OmegaConf.to_container(limits))
-    _check_process_limit(limits.get("processes"))
     claim = cfg.get("claim")
     if claim is not None:  # read by `decpriv report`; its shape is checked now, its columns then
         from decpriv.report.claims import parse_claim

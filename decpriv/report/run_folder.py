@@ -471,11 +471,25 @@ def read_intact(folder: Path | str) -> dict[str, Any]:
         )
     meta = read_status(folder)
     if meta.get("status") == "damaged":
+        _refuse_unreadable(folder, meta)
         raise ConfigError(
             f"{folder}: {meta['error']}, so it is not shown as a result; {rerun_fix(folder)} "
             "(or restore what was changed)."
         )
     return meta
+
+
+def _refuse_unreadable(folder: Path, meta: dict[str, Any]) -> None:
+    """A marked table that exists and cannot be read has lost nothing a rerun would make again: its fix is
+    the permission's or the disk's (:func:`unreadable`), never a restore or a rerun."""
+    for name in meta.get("tables") or {}:
+        file = folder / str(name)
+        try:
+            _sha256(file)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise unreadable(file, error) from None
 
 
 def corrupt(file: Path, error: BaseException) -> ConfigError:

@@ -144,7 +144,7 @@ def check(values: dict[str, Any]) -> None:
             processes,
             f"with sandbox.threads={threads}, more than this machine lets one user start ({allowed}, "
             "RLIMIT_NPROC)",
-            f"use at most {max(allowed - threads, 0)}",
+            f"use sandbox.processes={max(allowed - threads, 0)} or fewer",
         )
 
 
