@@ -7,10 +7,16 @@ The control: the same forged finding, scored as it names its targets (the old pa
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
+from conftest import DPSGD, NEIGHBOUR_DISCOVERY
 
 from decpriv import api, experiment
+from decpriv.attacks.p2p.gradient_recovery import full_local_steps
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
+from decpriv.attacks.p2p.neighbour_discovery import Discovered
+from decpriv.attacks.p2p.neighbourhood import closed
 from decpriv.attacks.targets import TargetRefused
 
 
@@ -101,3 +107,80 @@ def test_the_echo_scores_the_node_it_echoed_not_the_one_its_finding_names(echoed
     assert (rows[rows.victim == victim].auc == 0.5).all()
     assert scored.summary["echo_victim_mia_advantage"] == 0.0
     assert honest.summary["echo_victim"] == victim == scored.summary["echo_victim"]
+
+
+def sealed_run(*overrides):
+    """A run's attack, view, truth and finding, in this process."""
+    cfg, _ = api.compose_config(list(overrides))
+    setup = experiment.build(cfg)
+    outcome, view = experiment.simulate(setup)
+    return setup.attack, view, experiment.ground_truth(setup, outcome), setup.attack.run(view)
+
+
+@pytest.fixture(scope="module")
+def recovered():
+    """Gradient recovery on karate, nodes 0 and 33 corrupt, full batch: every step is exact."""
+    return sealed_run(
+        "topology=karate", *DPSGD, "attack=gradient_recovery", "adversary.nodes=[0,33]",
+        "protocol.rounds=3", "protocol.batch_size=null", "protocol.dtype=float64",
+    )  # fmt: skip
+
+
+def test_gradient_recovery_scores_the_recoverable_steps_not_the_ones_its_finding_names(recovered):
+    """Node 5's neighbour 16 is never heard, so its step is out of reach: a finding claiming it is
+    refused (control: scored as named, it counts). A victim the finding omits scores no guess: cosine
+    0, relative error 1; the others keep their numbers."""
+    attack, view, truth, findings = recovered
+    honest = attack.evaluate(findings, truth, view).tables["gradient_recovery"]
+    assert 5 in set(findings.skipped.victim) and honest.cosine_vs_full_batch_step.min() > 0.999
+    forged = replace(
+        findings,
+        table=findings.table.assign(victim=np.where(findings.table.index == 0, 5, findings.table.victim)),
+    )
+    control = full_local_steps(view, truth, forged, float(view.hyper["lr"]))
+    assert torch.isfinite(control[0]).all()  # the old scorer scored node 5's claimed step
+    with pytest.raises(TargetRefused, match=r"^attack=gradient_recovery: its finding names .*'victim': 5"):
+        attack.evaluate(forged, truth, view)
+    left_out = int(findings.table.victim.iloc[0])
+    kept = (findings.table.victim != left_out).to_numpy().copy()
+    partial = replace(
+        findings, table=findings.table[kept], bases=findings.bases[kept], steps=findings.steps[kept]
+    )
+    scored = attack.evaluate(partial, truth, view).tables["gradient_recovery"]
+    assert len(scored) == len(honest)
+    mine = scored[scored.victim == left_out]
+    assert len(mine) == kept.size - kept.sum()
+    assert (mine.cosine_vs_full_batch_step == 0).all() and np.allclose(
+        mine.relative_error_vs_full_batch_step, 1
+    )
+    key = ["round", "victim"]
+    others = scored[scored.victim != left_out].sort_values(key).cosine_vs_full_batch_step.to_numpy()
+    expected = honest[honest.victim != left_out].sort_values(key).cosine_vs_full_batch_step.to_numpy()
+    assert np.array_equal(others, expected)
+
+
+@pytest.fixture(scope="module")
+def discovered():
+    """Neighbour discovery by an eavesdropper on a 16-node torus: 16 victims x 2 rounds."""
+    return sealed_run(*NEIGHBOUR_DISCOVERY)
+
+
+def test_neighbour_discovery_scores_every_search_the_threat_model_fixes(discovered):
+    """A finding that adds exact rows for round 0 (no previous round: nothing to search there) is
+    refused; the control, its rows scored as named, would count them as 16 more exact trials. A victim it
+    omits found nothing: never exact, still counted among the trials."""
+    attack, view, truth, findings = discovered
+    honest = attack.evaluate(findings, truth, view)
+    table = findings.table
+    assert honest.summary["discovery_trials"] == 32
+    forged = pd.concat([table, table[table["round"] == 1].assign(round=0)], ignore_index=True)
+    true = forged.victim.map(lambda v: str(closed(view.network, int(v)).tolist()))
+    assert (forged.found == true).sum() > honest.tables["neighbour_discovery"].exact.sum()  # control
+    with pytest.raises(TargetRefused, match=r"^attack=neighbour_discovery: its finding names .*'round': 0"):
+        attack.evaluate(Discovered(forged), truth, view)
+    partial = attack.evaluate(Discovered(table[table.victim != 3]), truth, view)
+    assert partial.summary["discovery_trials"] == honest.summary["discovery_trials"] == 32
+    rows = partial.tables["neighbour_discovery"]
+    assert not rows[rows.victim == 3].exact.any()
+    exact_others = honest.tables["neighbour_discovery"].query("victim != 3").exact.sum()
+    assert partial.summary["discovery_exact_rate"] == exact_others / 32
