@@ -184,3 +184,43 @@ def test_neighbour_discovery_scores_every_search_the_threat_model_fixes(discover
     assert not rows[rows.victim == 3].exact.any()
     exact_others = honest.tables["neighbour_discovery"].query("victim != 3").exact.sum()
     assert partial.summary["discovery_exact_rate"] == exact_others / 32
+
+
+@pytest.fixture(scope="module")
+def overridden():
+    """A rushing state override on karate, nodes 0 and 33 corrupt, aiming every coverable neighbour at 0."""
+    return sealed_run(
+        "topology=karate", *DPSGD, "attack=state_override", "attack.target=zeros",
+        "adversary.nodes=[0,33]", "protocol.rounds=3",
+    )  # fmt: skip
+
+
+def test_state_override_scores_the_coverable_victims_on_the_pipelines_honest_aggregate(overridden):
+    """A finding claiming node 16 (its neighbours 5 and 6 are not heard: out of reach) with an honest
+    aggregate far away is refused; the control, the old formula on its own numbers, says 16 is held. A
+    finding's own honest aggregate is not read; an omitted victim scores the honest run's 0."""
+    attack, view, truth, findings = overridden
+    honest = attack.evaluate(findings, truth, view)
+    assert honest.summary["override_victims"] == 24 and 16 not in set(findings.victims.tolist())
+    aim = torch.zeros_like(findings.targets[:1])
+    far = torch.full_like(aim, 1e6)
+    forged = replace(findings, victims=np.array([16]), targets=aim, honest=far)
+    reached = truth.final_states[[16]].to(aim.dtype)
+    control = 1 - (reached - aim).norm(dim=1) / (far - aim).norm(dim=1)
+    assert float(control) > 0.99  # the old scorer: node 16 "held"
+    with pytest.raises(TargetRefused, match=r"^attack=state_override: its finding names \{'victim': 16\}"):
+        attack.evaluate(forged, truth, view)
+    inflated = attack.evaluate(replace(findings, honest=findings.honest * 1e6), truth, view)
+    assert inflated.tables["state_override"].equals(honest.tables["state_override"])
+    left_out = int(findings.victims[0])
+    partial = replace(
+        findings, victims=findings.victims[1:], targets=findings.targets[1:], honest=findings.honest[1:]
+    )
+    scored = attack.evaluate(partial, truth, view).tables["state_override"].set_index("victim")
+    whole = honest.tables["state_override"].set_index("victim")
+    assert scored.controlled_fraction[left_out] == 0.0 and len(scored) == 24
+    assert (
+        scored.drop(left_out)
+        .sort_index()
+        .controlled_fraction.equals(whole.drop(left_out).sort_index().controlled_fraction)
+    )
