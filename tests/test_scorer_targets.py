@@ -13,6 +13,7 @@ import torch
 from conftest import DPSGD, NEIGHBOUR_DISCOVERY
 
 from decpriv import api, experiment
+from decpriv.attacks.p2p.active_inversion import Extracted
 from decpriv.attacks.p2p.gradient_recovery import full_local_steps
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbour_discovery import Discovered
@@ -224,3 +225,35 @@ def test_state_override_scores_the_coverable_victims_on_the_pipelines_honest_agg
         .sort_index()
         .controlled_fraction.equals(whole.drop(left_out).sort_index().controlled_fraction)
     )
+
+
+@pytest.fixture(scope="module")
+def trapped():
+    """Active inversion on karate, nodes 0 and 33 corrupt, batches of 8 read off trap weights."""
+    return sealed_run(
+        "topology=karate", *DPSGD, "attack=active_inversion", "adversary.nodes=[0,33]",
+        "protocol.rounds=2", "protocol.batch_size=8", "protocol.dtype=float64",
+    )  # fmt: skip
+
+
+def test_active_inversion_scores_the_overridden_victims_not_the_attacker(trapped):
+    """A finding naming attacker 0 as its victim, with attacker 0's own images as the extraction, is
+    refused; the control (scored as named) reads them all "exactly". An omitted victim has no image:
+    a passive neighbour's 0 samples, the others unchanged."""
+    attack, view, truth, findings = trapped
+    honest = attack.evaluate(findings, truth, view)
+    own = truth.local.x[0][truth.local.mask[0]][:8]
+    forged = Extracted(np.array([0]), [own.clone()])
+    control = torch.cdist(own.double().flatten(1), truth.local.x[0][truth.local.mask[0]].double().flatten(1))
+    assert (control.min(1).values < 1e-8).all()  # the old scorer: 8 of 8 read "exactly"
+    with pytest.raises(TargetRefused, match=r"^attack=active_inversion: its finding names \{'victim': 0\}"):
+        attack.evaluate(forged, truth, view)
+    left_out = int(findings.victims[0])
+    partial = attack.evaluate(Extracted(findings.victims[1:], findings.images[1:]), truth, view)
+    scored = partial.tables["active_inversion"].set_index("victim")
+    whole = honest.tables["active_inversion"].set_index("victim")
+    assert whole.distinct_samples_recovered[left_out] > 0 and len(scored) == len(whole)
+    assert scored.distinct_samples_recovered[left_out] == 0 and scored.units_hit[left_out] == 0
+    rest = ["units_hit", "exact_units", "distinct_samples_recovered"]
+    assert scored.drop(left_out)[rest].sort_index().equals(whole.drop(left_out)[rest].sort_index())
+    assert partial.summary["active_inversion_victims"] == honest.summary["active_inversion_victims"]

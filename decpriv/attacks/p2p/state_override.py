@@ -129,6 +129,20 @@ def worst_round(replay: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def override_victims(view: View, victim: int | None) -> tuple[pd.DataFrame, str]:
+    """The victims an override's threat model fixes, rebuilt outside the attack from the pipeline's
+    network and attackers and the configured ``attack.victim``: ``override_targets``, the rule the
+    attack's ``prepare`` applied before the run; with the words naming them."""
+    adversary = Adversary(nodes=view.attackers, eavesdropper=view.eavesdropper)
+    victims, _, _ = override_targets(view.network, adversary, victim)
+    whose = (
+        f"attack.victim={victim}"
+        if victim is not None
+        else "every neighbour whose neighbours the attackers hear"
+    )
+    return pd.DataFrame({"victim": victims}), whose
+
+
 @dataclass(eq=False)
 class Overridden:
     victims: np.ndarray
@@ -222,10 +236,7 @@ class StateOverride(Attack):
         network and attackers with the configured ``attack.victim`` (fixed before the run); the honest
         aggregate each would reach is the pipeline's own, off its transcript. A victim the finding names
         outside is refused; one it omits has no aim (NaN), scored as the honest run (controlled 0)."""
-        adversary = Adversary(nodes=view.attackers, eavesdropper=view.eavesdropper)
-        victims, _, _ = override_targets(view.network, adversary, self.victim)
-        expected = pd.DataFrame({"victim": victims})
-        whose = f"attack.victim={self.victim}" if self.victim is not None else "every coverable neighbour"
+        expected, whose = override_victims(view, self.victim)
         table, aim = fixed_targets(
             self.name, pd.DataFrame({"victim": findings.victims}), findings.targets, expected, whose
         )
