@@ -11,14 +11,17 @@ import pandas as pd
 import pytest
 import torch
 from conftest import DPSGD, NEIGHBOUR_DISCOVERY
+from test_pdmm_diffgrad import LOGISTIC
 
 from decpriv import api, experiment
+from decpriv.attacks.inversion.scoring import Batches, score_batches
 from decpriv.attacks.p2p.active_inversion import Extracted
 from decpriv.attacks.p2p.gradient_recovery import full_local_steps
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbour_discovery import Discovered
 from decpriv.attacks.p2p.neighbourhood import closed
 from decpriv.attacks.targets import TargetRefused
+from decpriv.protocols.fedavg import client_nodes
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +260,80 @@ def test_active_inversion_scores_the_overridden_victims_not_the_attacker(trapped
     rest = ["units_hit", "exact_units", "distinct_samples_recovered"]
     assert scored.drop(left_out)[rest].sort_index().equals(whole.drop(left_out)[rest].sort_index())
     assert partial.summary["active_inversion_victims"] == honest.summary["active_inversion_victims"]
+
+
+@pytest.fixture(scope="module")
+def inverted():
+    """A FedSGD server inverting, in closed form, the first 3 clients' round-0 gradients (Yu 2023, E1)."""
+    return sealed_run("experiment=yu_e1_fedsgd", "attack.victims=3")
+
+
+def test_centralised_inversion_scores_the_configured_clients(inverted):
+    """A finding naming a client past the first attack.victims=3, with that client's own data as its
+    reconstruction, is refused (control: scored as named, it is exact); an omitted client is scored as
+    the guess that needs no attack, flagged undefined, the others unchanged."""
+    attack, view, truth, findings = inverted
+    honest = attack.evaluate(findings, truth, view).tables["attack"]
+    assert list(findings.victims) == list(client_nodes(view.network)[:3]) and honest.l2_error.max() < 1e-4
+    outsider = int(client_nodes(view.network)[5])
+    stolen = truth.local.x[outsider][truth.local.mask[outsider]].double()
+    forged = replace(
+        findings, victims=np.array([outsider]), inversions=[replace(findings.inversions[0], x=stolen)]
+    )
+    found = Batches(forged.victims, [stolen], [findings.inversions[0].y], [0.0])
+    control = score_batches(*(found.victims, found.xs, found.ys, found.objectives), truth, (0.0, 1.0), False)
+    assert control.table.l2_error.max() < 1e-12  # the old scorer: the outsider "reconstructed" exactly
+    with pytest.raises(
+        TargetRefused, match=rf"^attack=gradient_inversion: its finding names \{{'victim': {outsider}\}}"
+    ):
+        attack.evaluate(forged, truth, view)
+    left_out = int(findings.victims[0])
+    partial = replace(findings, victims=findings.victims[1:], inversions=findings.inversions[1:])
+    scored = attack.evaluate(partial, truth, view).tables["attack"]
+    assert len(scored) == len(honest) and not scored[scored.victim == left_out].defined.any()
+    prior = truth.dataset.x_test.mean(0)
+    own = truth.local.x[left_out][truth.local.mask[left_out]]
+    guess = (own.double() - prior.double()).flatten(1).norm(dim=1)
+    assert np.allclose(scored[scored.victim == left_out].l2_error, guess.numpy())
+    key = ["victim", "example"]
+    assert (
+        scored[scored.victim != left_out].sort_values(key).l2_error.to_numpy().tolist()
+        == honest[honest.victim != left_out].sort_values(key).l2_error.to_numpy().tolist()
+    )
+
+
+@pytest.fixture(scope="module")
+def differenced():
+    """diffgrad's closed form on PDMM, logistic regression, one sample a node, the first 3 honest nodes."""
+    return sealed_run(*LOGISTIC, "attack.victims=3", "protocol.rounds=15")
+
+
+def test_diffgrad_scores_the_first_honest_nodes_not_the_attacker(differenced):
+    """A finding naming attacker 0, with its own sample as the reconstruction, is refused (control:
+    scored as named, exact); an omitted victim is scored as the mean held-out example, undefined."""
+    attack, view, truth, findings = differenced
+    honest = attack.evaluate(findings, truth, view)
+    assert list(findings.victims) == [1, 2, 3] and honest.summary["attack_l2_error"] < 1e-8
+    own = truth.local.x[0][truth.local.mask[0]].double()
+    forged = replace(findings, victims=np.array([0]), x=[own], y=[findings.y[0]], objective=[0.0])
+    control = score_batches(np.array([0]), [own], [findings.y[0]], [0.0], truth, (0.0, 1.0), False)
+    assert control.table.l2_error.max() == 0.0  # the old scorer: the attacker's own sample, "recovered"
+    with pytest.raises(TargetRefused, match=r"^attack=diffgrad: its finding names \{'victim': 0\}"):
+        attack.evaluate(forged, truth, view)
+    partial = replace(
+        findings,
+        victims=findings.victims[1:],
+        x=findings.x[1:],
+        y=findings.y[1:],
+        objective=findings.objective[1:],
+    )
+    scored = attack.evaluate(partial, truth, view)
+    rows = scored.tables["attack"]
+    assert (
+        len(rows) == 3
+        and scored.summary["attack_undefined"] == 1
+        and not rows[rows.victim == 1].defined.any()
+    )
+    guess = (truth.local.x[1][truth.local.mask[1]].double() - truth.dataset.x_test.double().mean(0)).norm()
+    assert float(rows[rows.victim == 1].l2_error.iloc[0]) == pytest.approx(float(guess), rel=1e-6)
+    assert rows[rows.victim != 1].l2_error.max() < 1e-8
