@@ -10,16 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import DPSGD, NEIGHBOUR_DISCOVERY
+from conftest import DPSGD, NEIGHBOUR_DISCOVERY, PDMM_QUADRATIC
+from test_audit import PATH3
 from test_pdmm_diffgrad import LOGISTIC
 
 from decpriv import api, experiment
+from decpriv.attacks.audit.attack import refuse_nonfinite
 from decpriv.attacks.inversion.scoring import Batches, score_batches
 from decpriv.attacks.p2p.active_inversion import Extracted
 from decpriv.attacks.p2p.gradient_recovery import full_local_steps
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbour_discovery import Discovered
 from decpriv.attacks.p2p.neighbourhood import closed
+from decpriv.attacks.pdmm.leak import Assumed, extract
 from decpriv.attacks.targets import TargetRefused
 from decpriv.protocols.fedavg import client_nodes
 
@@ -337,3 +340,70 @@ def test_diffgrad_scores_the_first_honest_nodes_not_the_attacker(differenced):
     guess = (truth.local.x[1][truth.local.mask[1]].double() - truth.dataset.x_test.double().mean(0)).norm()
     assert float(rows[rows.victim == 1].l2_error.iloc[0]) == pytest.approx(float(guess), rel=1e-6)
     assert rows[rows.victim != 1].l2_error.max() < 1e-8
+
+
+@pytest.fixture(scope="module")
+def leaked():
+    """The PDMM leak on a least-squares problem, node 0 eavesdropping, stopped at rounds 6 and 10."""
+    return sealed_run(*PDMM_QUADRATIC, "protocol=pdmm", "protocol.rounds=12", "attack.t_max=[6,10]")
+
+
+def test_pdmm_leak_scores_the_configured_stopping_points_over_every_round(leaked):
+    """A finding reporting a stop the config did not ask for (t_max=12), or only the first rounds of a
+    stop, is refused; the control (its stops scored as named) reports t_max=12 as the headline. An
+    omitted stop is scored as guessing zero: relative error 1, the headline's baseline."""
+    attack, view, truth, findings = leaked
+    honest = attack.evaluate(findings, truth, view)
+    assert list(findings) == [6, 10] and honest.summary["leak_difference_error_median"] < 1e-6
+    a = Assumed.resolve(view.hyper, None, None, None, None, None)
+    later = extract(view, 12, a.rho, a.theta, a.update, "messages", a.alpha, a.mu)
+    forged = {**findings, 12: later}
+    assert list(forged)[-1] == 12  # the old scorer's headline: the last stop the finding names
+    with pytest.raises(TargetRefused, match=r"^attack=pdmm_leak: its finding names \{'t_max': 12\}"):
+        attack.evaluate(forged, truth, view)
+    early = replace(findings[10], rounds=findings[10].rounds[:3], difference=findings[10].difference[:3])
+    with pytest.raises(TargetRefused, match=r"finding for t_max=10 does not cover rounds 1..8 of every node"):
+        attack.evaluate({6: findings[6], 10: early}, truth, view)
+    partial = attack.evaluate({6: findings[6]}, truth, view)
+    by_stop = partial.tables["pdmm_leak_by_t_max"].set_index("t_max")
+    assert list(by_stop.index) == [6, 10] and by_stop.difference_error_median[10] == 1.0
+    assert (
+        partial.summary["leak_difference_error_median"]
+        == partial.summary["leak_plain_gradient_error_median"]
+        == 1.0
+    )
+    whole = honest.tables["pdmm_leak_by_t_max"].set_index("t_max")
+    assert by_stop.loc[6].equals(whole.loc[6])
+
+
+@pytest.fixture(scope="module")
+def audit_findings():
+    """The audit of Muffliato on the path 0 - 1 - 2 (its plan the pipeline's own, never the attack's)."""
+    return sealed_run(*PATH3, "attack.trials=4000", "attack.fit_trials=2000")
+
+
+def test_the_audit_scores_the_pairs_of_the_pipelines_plan(audit_findings):
+    """A finding adding a pair the plan does not audit (source 0 seen by node 9, with a large lower
+    bound, which reconciling would hold against the accountant) is refused; the control, keyed as it
+    names its pairs, keeps it. An omitted pair is no evidence: every bound 0, not finite."""
+    attack, view, truth, findings = audit_findings
+    honest = attack.evaluate(findings, truth, view).tables["audit"]
+    pairs = list(zip(findings.source, findings.observer, strict=True))
+    assert len(pairs) >= 2 and honest.finite.all()
+    forged = pd.concat(
+        [findings, findings.iloc[[0]].assign(observer=9, epsilon_lower=50.0)], ignore_index=True
+    )
+    control = refuse_nonfinite(forged.drop(columns="seconds"))
+    assert (control.observer == 9).any()  # the old scorer: the invented pair is scored
+    with pytest.raises(
+        TargetRefused, match=r"^attack=audit: its finding names \{'source': \d+, 'observer': 9\}"
+    ):
+        attack.evaluate(forged, truth, view)
+    source, observer = pairs[0]
+    scored = attack.evaluate(findings.iloc[1:], truth, view).tables["audit"]
+    mine = scored[(scored.source == source) & (scored.observer == observer)]
+    assert len(scored) == len(honest) and len(mine) == 1 and not mine.finite.any()
+    assert (
+        mine[["epsilon_lower", "epsilon_lower_assumption_free", "epsilon_dp_lower", "mu_lower"]] == 0
+    ).all(axis=None)
+    assert scored.iloc[: len(honest) - 1].epsilon_lower.tolist() == honest.iloc[1:].epsilon_lower.tolist()
