@@ -13,6 +13,7 @@ import torch
 from conftest import DPSGD, NEIGHBOUR_DISCOVERY, PDMM_QUADRATIC
 from test_audit import PATH3
 from test_pdmm_diffgrad import LOGISTIC
+from test_secure_aggregation import FIG10_EDGES, SMALL
 
 from decpriv import api, experiment
 from decpriv.attacks.audit.attack import refuse_nonfinite
@@ -407,3 +408,42 @@ def test_the_audit_scores_the_pairs_of_the_pipelines_plan(audit_findings):
         mine[["epsilon_lower", "epsilon_lower_assumption_free", "epsilon_dp_lower", "mu_lower"]] == 0
     ).all(axis=None)
     assert scored.iloc[: len(honest) - 1].epsilon_lower.tolist() == honest.iloc[1:].epsilon_lower.tolist()
+
+
+@pytest.fixture(scope="module")
+def sybils(tmp_path_factory):
+    """Two Sybils around node 0 of Pasquini et al.'s Fig. 10 graph, under secure aggregation."""
+    graph = tmp_path_factory.mktemp("fig10") / "fig10.txt"
+    graph.write_text(FIG10_EDGES)
+    return sealed_run(
+        *SMALL, "protocol.batch_size=4", "topology=edgelist", f"topology.path={graph}", "gossip_matrix=uniform",
+        "protocol.rounds=4", "protocol.dtype=float64", "attack=sybil_evasion", "adversary.sybils=0",
+        "attack.permutations=5", "defense=secure_aggregation",
+    )  # fmt: skip
+
+
+def test_the_sybil_pair_and_its_baselines_are_the_threat_models(sybils):
+    """A plan naming another victim (node 3, whose update a neighbour sees masked) is refused; the
+    control, the old scorer reading the plan's victim, scores node 3. A finding's own baseline (what one
+    node receives) is not read: the pipeline's is; an omitted round scores that baseline."""
+    attack, view, truth, findings = sybils
+    honest = attack.evaluate(findings, truth, view).tables["sybil_evasion"]
+    assert (view.plan.victim, view.plan.a, view.plan.b) == (0, 1, 2)
+    other = replace(view.plan, victim=3)
+    control = attack.truth_updates(truth, replace(view, plan=other))
+    assert not torch.equal(control, attack.truth_updates(truth, view))  # the old scorer: node 3's truth
+    with pytest.raises(
+        TargetRefused, match=r"^attack=sybil_evasion: its plan names the Sybil pair .*victim=3"
+    ):
+        attack.evaluate(findings, truth, replace(view, plan=other))
+    masked = attack.evaluate(replace(findings, received=findings.received * 1e6), truth, view)
+    assert masked.tables["sybil_evasion"].equals(honest)
+    kept = findings.rounds != findings.rounds[-1]
+    partial = replace(findings, rounds=findings.rounds[kept], recovered=findings.recovered[kept])
+    rows = attack.evaluate(partial, truth, view).tables["sybil_evasion"]
+    assert rows["round"].tolist() == honest["round"].tolist()
+    last = rows.iloc[-1]
+    assert last.recovered_relative_error == last.received_relative_error > 1e3
+    assert (
+        rows.iloc[:-1].recovered_relative_error.tolist() == honest.iloc[:-1].recovered_relative_error.tolist()
+    )
