@@ -36,6 +36,8 @@ from decpriv.attacks.inversion import Inversion, InversionConfig, invert
 from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_input, input_span
 from decpriv.attacks.inversion.scoring import (
     RECOVERY_HEADLINE,
+    Batches,
+    fixed_victims,
     image_summary,
     reconstruction_grid,
     score_batches,
@@ -295,11 +297,12 @@ class GradientInversion(Attack):
         return Reconstructions(victims, inversions)
 
     def evaluate(self, findings: Reconstructions, truth: Truth, view: View) -> Findings:
-        if findings.encrypted:
-            clients = ", ".join(map(str, findings.victims))
+        victims = client_nodes(view.network)[: self.victims]  # the config's, never the finding's
+        if encrypted(view, victims, self.round):
+            clients = ", ".join(map(str, victims))
             return Findings(
                 summary={
-                    "attack_ciphertexts_only": len(findings.victims),
+                    "attack_ciphertexts_only": len(victims),
                     "verdict": f"{self.name}: nothing to invert, the server holds only ciphertexts of the "
                     f"round-{self.round} update(s) of client(s) {clients} and no secret key to read them.",
                 }
@@ -307,14 +310,16 @@ class GradientInversion(Attack):
         data_range = view.data_spec.data_range or (0.0, 1.0)
         image = view.data_spec.is_image
         inversions = findings.inversions
-        scored = score_batches(
+        found = Batches(
             findings.victims,
             [inv.x for inv in inversions],
             [inv.y for inv in inversions],
             [inv.objective for inv in inversions],
-            truth,
-            data_range,
-            image,
+        )
+        whose = f"the first attack.victims={self.victims} client(s)"
+        batches = fixed_victims(self.name, found, victims, whose, truth)
+        scored = score_batches(
+            batches.victims, batches.xs, batches.ys, batches.objectives, truth, data_range, image
         )
         table = scored.table
         summary = {
@@ -325,7 +330,7 @@ class GradientInversion(Attack):
             else self.config.optimiser,
             "attack_round": self.round,
             "attack_l2_error": float(table["l2_error"].mean()),
-            "attack_objective": float(np.mean([inv.objective for inv in inversions])),
+            "attack_objective": float(np.nanmean(batches.objectives)),
         }
         if not self.analytic:
             summary["attack_label_accuracy"] = float(table["label_correct"].mean())
@@ -333,7 +338,7 @@ class GradientInversion(Attack):
         if image:
             scores, recovered = image_summary(table)
             summary |= {**scores, "attack_mse": float(table["mse"].mean())}
-            title = f"{self.name}: round-{self.round} gradient of client(s) {', '.join(map(str, findings.victims))}"
+            title = f"{self.name}: round-{self.round} gradient of client(s) {', '.join(map(str, batches.victims))}"
             figures[f"reconstructions/{self.name}.png"] = partial(
                 reconstruction_grid, scored, data_range, "reconstructed", title
             )
@@ -347,7 +352,7 @@ class GradientInversion(Attack):
         )
         summary["verdict"] = (
             f"{self.name}: {recovered}; {labels} ({summary['attack_method']} on the round-{self.round} gradient of "
-            f"{len(findings.victims)} client(s), {len(table)} sample(s))."
+            f"{len(batches.victims)} client(s), {len(table)} sample(s))."
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)
 

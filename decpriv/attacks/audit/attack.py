@@ -37,6 +37,7 @@ from decpriv.attacks.audit.reconcile import reconcile
 from decpriv.attacks.audit.subsampled import SampledTrials, canary_draw, learn_step_test
 from decpriv.attacks.audit.walk import WalkTrials, walk_draw
 from decpriv.attacks.base import Attack
+from decpriv.attacks.targets import fixed_targets
 from decpriv.config.types import Range, checked
 from decpriv.defenses.base import Defense
 from decpriv.device import attack_device
@@ -213,8 +214,26 @@ class Audit(Attack):
             table["distance"] = plan.distance[table.source, table.observer].astype(int)
         return table.assign(trials=self.trials, fit_trials=self.fit_trials, confidence=self.confidence)
 
+    def fixed(self, findings: pd.DataFrame, plan: AuditPlan) -> pd.DataFrame:
+        """The finding on the pairs the pipeline's own plan (``plan_trials``, never the attack's) audits:
+        a pair outside, or twice, is refused; an omitted pair is no evidence (every bound 0)."""
+        expected = pd.DataFrame(
+            {
+                "source": np.concatenate([o.sources for o in plan.observers]),
+                "observer": np.concatenate(
+                    [np.full(len(o.sources), o.label, dtype=object) for o in plan.observers]
+                ),
+            }
+        )
+        if plan.distance is not None:
+            expected["observer"] = expected.observer.astype(int)
+        whose = "the (source, observer) pairs of the pipeline's audit plan"
+        scores = torch.zeros(len(findings), 1)
+        return fixed_targets(self.name, findings, scores, expected, whose)[0]
+
     def evaluate(self, findings: pd.DataFrame, truth: Truth, view: View) -> Findings:
         seconds = float(findings.seconds.iloc[0])
+        findings = self.fixed(findings, view.plan)
         table = keyed(refuse_nonfinite(findings.drop(columns="seconds")), "source", "observer")
         summary = {
             "audit_nonfinite_pairs": int((~table.finite).sum()),

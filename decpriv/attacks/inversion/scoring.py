@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 
 from decpriv.attacks.inversion.matching import match
+from decpriv.attacks.targets import fixed_targets
 from decpriv.metrics import images
 from decpriv.metrics.images import PSNR_CAP, RECOVERY_MARGIN_DB, psnr_text
 from decpriv.report.headline import Headline
@@ -26,6 +27,38 @@ class Scored:
     true: list[torch.Tensor]  # per victim, the true batch
     reconstructed: list[torch.Tensor]  # per victim, the reconstructions matched to it, clamped to the box for
     # the pictures (scored unclipped)
+
+
+@dataclass(frozen=True, eq=False)
+class Batches:
+    """Each victim's reconstructed batch, its labels and the attack's objective, in one order."""
+
+    victims: np.ndarray
+    xs: list[torch.Tensor]
+    ys: list[torch.Tensor]
+    objectives: list[float]
+
+
+def fixed_victims(attack: str, found: Batches, expected: np.ndarray, whose: str, truth: Truth) -> Batches:
+    """``found`` on the victims the threat model fixes (``expected``, rebuilt outside the attack): a victim
+    outside, or named twice, is refused (``fixed_targets``); one omitted gets a batch of NaN, which
+    ``score_batches`` scores as the guess that needs no attack (the mean held-out example) and flags
+    undefined, with no label (-1) and no objective (NaN)."""
+    order = torch.arange(len(found.xs), dtype=torch.float64)[:, None]
+    named = pd.DataFrame({"victim": np.asarray(found.victims, dtype=np.int64)})
+    table, slot = fixed_targets(attack, named, order, pd.DataFrame({"victim": expected}), whose)
+    batches = Batches(table.victim.to_numpy(), [], [], [])
+    for v, k in zip(batches.victims.tolist(), slot[:, 0].tolist(), strict=True):
+        if np.isnan(k):
+            n = int(truth.local.mask[v].sum())
+            batches.xs.append(torch.full((n, *truth.local.x.shape[2:]), float("nan")))
+            batches.ys.append(torch.full((n,), -1, dtype=torch.long))
+            batches.objectives.append(float("nan"))
+        else:
+            batches.xs.append(found.xs[int(k)])
+            batches.ys.append(found.ys[int(k)])
+            batches.objectives.append(found.objectives[int(k)])
+    return batches
 
 
 def score_batches(

@@ -20,7 +20,8 @@ from decpriv.adversary.behaviour import Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import columns
-from decpriv.attacks.p2p.state_override import Override, override_targets
+from decpriv.attacks.p2p.state_override import Override, override_targets, override_victims
+from decpriv.attacks.targets import fixed_targets
 from decpriv.errors import bad_value
 from decpriv.metrics.images import PSNR_CAP
 from decpriv.random import streams as rng
@@ -155,7 +156,21 @@ class ActiveInversion(Attack):
             images.append((dW[k][hit] / db[k][hit, None]).reshape(-1, *view.data_spec.input_shape))
         return Extracted(f.victims, images)
 
+    def fixed(self, findings: Extracted, view: View) -> Extracted:
+        """The finding on the victims the threat model fixes (``override_victims``: ``attack.victim`` or
+        every coverable neighbour, rebuilt outside the attack): a victim outside is refused, say the
+        attacker itself with its own images; one omitted has no image (a passive neighbour's 0)."""
+        expected, whose = override_victims(view, self.victim)
+        order = torch.arange(len(findings.images), dtype=torch.float64)[:, None]
+        table, slot = fixed_targets(
+            self.name, pd.DataFrame({"victim": findings.victims}), order, expected, whose
+        )
+        none = torch.empty(0, *view.data_spec.input_shape)
+        images = [none if np.isnan(k) else findings.images[int(k)] for k in slot[:, 0].tolist()]
+        return Extracted(table.victim.to_numpy(), images)
+
     def evaluate(self, findings: Extracted, truth: Truth, view: View) -> Findings:
+        findings = self.fixed(findings, view)
         batch = int(view.hyper["batch_size"])
         low, high = view.data_spec.data_range or (0.0, 1.0)
         prior = truth.dataset.x_test.double().mean(0).flatten()

@@ -28,6 +28,7 @@ from decpriv.attacks.p2p.neighbourhood import (
     updates,
     victims_of,
 )
+from decpriv.attacks.targets import fixed_targets
 from decpriv.errors import bad_value
 from decpriv.report.findings import Findings
 from decpriv.report.headline import Headline
@@ -169,7 +170,27 @@ class GradientRecovery(Attack):
         )
         return found
 
+    def fixed(self, findings: Recovered, view: View) -> Recovered:
+        """The finding on the targets the threat model fixes: ``recover`` run by the pipeline on its own
+        view says which (round, victim) steps are recoverable and from which base point; one the finding
+        names outside is refused, one it omits is scored as no guess (a zero step: cosine 0, relative
+        error 1, the random direction's baseline), at the pipeline's base point."""
+        reach = recover(view)
+        whose = "the attackers' honest neighbours whose whole neighbourhood they hear, each round it can read"
+        p = findings.steps.shape[-1]
+        pair = torch.cat([findings.bases, findings.steps], 1)
+        table, pair = fixed_targets(self.name, findings.table, pair, reach.table, whose)
+        bases, steps = pair[:, :p].clone(), pair[:, p:].clone()
+        if len(table) > len(findings.table):
+            omitted = table.iloc[len(findings.table) :][["round", "victim", "condition"]]
+            keys = pd.MultiIndex.from_frame(reach.table[["round", "victim", "condition"]])
+            where = keys.get_indexer(pd.MultiIndex.from_frame(omitted))
+            bases[len(findings.table) :] = reach.bases[where].to(bases.dtype)
+            steps[len(findings.table) :] = 0.0
+        return Recovered(table, bases, steps, reach.skipped, findings.images)
+
     def evaluate(self, findings: Recovered, truth: Truth, view: View) -> Findings:
+        findings = self.fixed(findings, view)
         hyper = view.hyper
         exact = (
             hyper.get("batch_size") is None and hyper.get("local_steps") == 1 and not hyper.get("momentum")

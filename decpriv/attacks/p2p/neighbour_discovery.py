@@ -24,6 +24,7 @@ import torch
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, recorded_rounds, require_neighbours, updates
+from decpriv.attacks.targets import fixed_targets
 from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.random import streams as rng
@@ -160,17 +161,49 @@ class NeighbourDiscovery(Attack):
             pool = np.arange(view.network.n)
             first = first_layer(pool)
             none = np.array([], dtype=np.int64)
-            tables = [discover(pool, none, int(v), first, rounds, psi, omega) for v in pool]
+            tables = [
+                discover(pool, none, int(v), first, rounds, psi, omega).assign(heard_by=-1) for v in pool
+            ]
         else:
             for a in view.attackers:
                 pool = closed(view.network, int(a))
                 first = first_layer(pool)
                 victims = np.setdiff1d(pool, view.attackers)
-                tables += [discover(pool, np.array([a]), int(v), first, rounds, psi, omega) for v in victims]
+                tables += [
+                    discover(pool, np.array([a]), int(v), first, rounds, psi, omega).assign(heard_by=int(a))
+                    for v in victims
+                ]
         return Discovered(pd.concat(tables, ignore_index=True))
 
+    def expected(self, view: View) -> pd.DataFrame:
+        """The searches the threat model fixes, rebuilt from the pipeline's view: every node, heard by
+        the eavesdropper (``heard_by`` -1), or every honest node of each attacker's closed neighbourhood,
+        heard by that attacker; each round with a previous one."""
+        rounds = recorded_rounds(view.transcript)
+        rounds = rounds[np.flatnonzero(rounds[1:] == rounds[:-1] + 1) + 1]
+        if view.eavesdropper:
+            pairs = [(int(v), -1) for v in range(view.network.n)]
+        else:
+            pairs = [
+                (int(v), int(a))
+                for a in view.attackers
+                for v in np.setdiff1d(closed(view.network, int(a)), view.attackers)
+            ]
+        return pd.DataFrame(
+            [(v, r, a) for v, a in pairs for r in rounds.tolist()], columns=["victim", "round", "heard_by"]
+        )
+
+    def fixed(self, findings: Discovered, view: View) -> pd.DataFrame:
+        """The finding on the threat model's searches: one outside is refused, one omitted found nothing
+        (never exact: the random guess's baseline)."""
+        whose = "every node the eavesdropper hears, or each attacker's honest neighbours, each round after the first"
+        table, _ = fixed_targets(
+            self.name, findings.table, torch.zeros(len(findings.table), 1), self.expected(view), whose
+        )
+        return table.fillna({"found": "", "found_cumulative": "", "candidates": 0})
+
     def evaluate(self, findings: Discovered, truth: Truth, view: View) -> Findings:
-        table = findings.table.copy()
+        table = self.fixed(findings, view)
         true = {v: str(closed(view.network, int(v)).tolist()) for v in table.victim.unique()}
         table["true"] = table.victim.map(true)
         table["exact"] = table.found == table.true

@@ -19,6 +19,7 @@ from decpriv.adversary.behaviour import Behaviour, Forgery
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
 from decpriv.attacks.p2p.neighbourhood import closed, columns, coverable, require_neighbours
+from decpriv.attacks.targets import fixed_targets
 from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
 from decpriv.report.findings import Findings
@@ -128,6 +129,20 @@ def worst_round(replay: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def override_victims(view: View, victim: int | None) -> tuple[pd.DataFrame, str]:
+    """The victims an override's threat model fixes, rebuilt outside the attack from the pipeline's
+    network and attackers and the configured ``attack.victim``: ``override_targets``, the rule the
+    attack's ``prepare`` applied before the run; with the words naming them."""
+    adversary = Adversary(nodes=view.attackers, eavesdropper=view.eavesdropper)
+    victims, _, _ = override_targets(view.network, adversary, victim)
+    whose = (
+        f"attack.victim={victim}"
+        if victim is not None
+        else "every neighbour whose neighbours the attackers hear"
+    )
+    return pd.DataFrame({"victim": victims}), whose
+
+
 @dataclass(eq=False)
 class Overridden:
     victims: np.ndarray
@@ -216,12 +231,30 @@ class StateOverride(Attack):
             aim = torch.full((len(forger.victims), honest_msgs.shape[1]), float("nan"))
         return Overridden(forger.victims, aim, W @ honest_msgs, replayed_rounds(view, forger, senders))
 
+    def fixed(self, findings: Overridden, view: View) -> Overridden:
+        """The finding on the victims the threat model fixes: ``override_targets`` on the pipeline's
+        network and attackers with the configured ``attack.victim`` (fixed before the run); the honest
+        aggregate each would reach is the pipeline's own, off its transcript. A victim the finding names
+        outside is refused; one it omits has no aim (NaN), scored as the honest run (controlled 0)."""
+        expected, whose = override_victims(view, self.victim)
+        table, aim = fixed_targets(
+            self.name, pd.DataFrame({"victim": findings.victims}), findings.targets, expected, whose
+        )
+        victims = table.victim.to_numpy()
+        senders = np.sort(view.transcript.senders)
+        last = view.transcript.values[-1][torch.as_tensor(columns(view.transcript, senders))]
+        honest = torch.as_tensor(view.network.W[victims][:, senders].toarray(), dtype=last.dtype) @ last
+        return Overridden(victims, aim, honest, findings.replay)
+
     def evaluate(self, findings: Overridden, truth: Truth, view: View) -> Findings:
+        given = len(findings.victims)
+        findings = self.fixed(findings, view)
         reached = truth.final_states[torch.as_tensor(findings.victims)].to(findings.honest.dtype)
         aim = findings.targets.to(reached.dtype)
         miss = (reached - aim).norm(dim=1)
         span = (findings.honest - aim).norm(dim=1)
         controlled = 1 - miss / span
+        controlled[given:] = 0.0  # an omitted victim: the honest run's
         table = pd.DataFrame(
             {
                 "victim": findings.victims,

@@ -14,7 +14,7 @@ inversion (``attack.invert``), and membership inference. Beside it, the same is 
 curious node sees of v: the message v sent it (masked under SA) and its own aggregate.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Annotated
 
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from decpriv.adversary.adversary import SybilPair
+from decpriv.adversary.adversary import SybilPair, place_sybils
 from decpriv.adversary.recorder import Transcript
 from decpriv.adversary.view import AttackContext, View
 from decpriv.attacks.base import Attack
@@ -31,6 +31,7 @@ from decpriv.attacks.p2p.gradient_recovery import Recovered, check_single_sgd_st
 from decpriv.attacks.p2p.mia import Targets, mia_report, score_targets
 from decpriv.attacks.p2p.neighbourhood import updates
 from decpriv.attacks.p2p.scores import Score
+from decpriv.attacks.targets import TargetRefused, fixed_targets
 from decpriv.config.types import Range, checked
 from decpriv.errors import bad_value
 from decpriv.graphs.network import Network
@@ -105,6 +106,31 @@ def evade(view: View, pair: SybilPair, generator: torch.Generator) -> Evasion:
     scale = torch.nan_to_num(received, nan=0.0).abs().amax(1, keepdim=True)
     uniform = rng.uniform(received.shape, generator, received.device, received.dtype)
     return Evasion(rounds, recovered, received, aggregate, bases, (2 * uniform - 1) * scale)
+
+
+def sybil_pair(attack: str, view: View) -> SybilPair:
+    """The pair the threat model places, rebuilt from the pipeline's graph and attackers (the two Sybils):
+    the victim is the one node (not a Sybil) whose membership differs between their closed
+    neighbourhoods, the pair ``place_sybils`` puts around it. On a complete graph (the drop-out claim)
+    every honest node qualifies and the view does not say which ``adversary.sybils`` named: the plan's
+    victim is then taken if it is honest and the pair is the one placed around it."""
+    claimed, attackers = view.plan, view.attackers
+    hood = view.network.adjacency.toarray() > 0
+    np.fill_diagonal(hood, True)
+    if len(attackers) == 2:
+        differ = np.flatnonzero(hood[attackers[0]] != hood[attackers[1]])
+        differ = np.setdiff1d(differ, attackers)
+        victim = int(differ[0]) if len(differ) == 1 else getattr(claimed, "victim", -1)
+        if 0 <= victim < view.network.n and victim not in attackers:
+            pair = place_sybils(view.network, int(victim), attackers.tolist())
+            fields = ("victim", "a", "b", "dropout")
+            if all(getattr(claimed, f, None) == getattr(pair, f) for f in fields):
+                return claimed  # ``rewired`` says how the graph came about, not whom it attacks
+    raise TargetRefused(
+        f"attack={attack}: its plan names the Sybil pair {claimed}, which is not the pair the adversary's "
+        f"nodes {attackers.tolist()} place on this graph (fixed outside the attack); a finding cannot choose "
+        "what it is scored on"
+    )
 
 
 def error_figure(table: pd.DataFrame):
@@ -220,8 +246,29 @@ class SybilEvasion(Attack):
             return truth.extras["plain_messages"][torch.as_tensor(rows), col]
         return received_from(T, rows, v, -1)
 
+    def fixed(self, findings: Evasion, view: View) -> tuple[SybilPair, Evasion]:
+        """The finding on the threat model's pair and rounds: the plan's pair (from the sealed ``prepare``)
+        must be the one the pipeline's attackers and graph place (``sybil_pair``); every recorded round is
+        scored, one the finding names outside refused, one omitted scored as what one node receives (the
+        baseline); the baselines themselves (what one node receives, its aggregate, the noise, the known
+        bases) are the pipeline's own ``evade``, never the finding's."""
+        pair = sybil_pair(self.name, view)
+        own = evade(view, pair, view.seeds.torch("attack.noise"))
+        expected = pd.DataFrame({"round": own.rounds})
+        named = pd.DataFrame({"round": np.asarray(findings.rounds)})
+        whose = "every round the transcript records"
+        table, recovered = fixed_targets(self.name, named, findings.recovered, expected, whose)
+        recovered = recovered[torch.as_tensor(pd.Index(table["round"]).get_indexer(own.rounds))]
+        recovered = torch.where(torch.isnan(recovered).all(1, keepdim=True), own.received, recovered)
+        recovery = findings.recovery
+        if recovery is not None:
+            fixed_targets(self.name, recovery.table[["round"]], recovery.steps, expected, whose)
+            recovery = replace(recovery, table=recovery.table.assign(victim=pair.victim))
+        return pair, replace(own, recovered=recovered.to(own.received.dtype), recovery=recovery)
+
     def evaluate(self, findings: Evasion, truth: Truth, view: View) -> Findings:
-        pair, rounds = view.plan, findings.rounds
+        pair, findings = self.fixed(findings, view)
+        rounds = findings.rounds
         true = self.truth_updates(truth, view).to(findings.recovered.dtype)
         norm = true.norm(dim=1).clamp_min(1e-300)
 

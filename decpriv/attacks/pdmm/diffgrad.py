@@ -33,6 +33,8 @@ from decpriv.attacks.inversion.analytic import analytic_inputs, first_layer_on_i
 from decpriv.attacks.inversion.labels import label_multisets
 from decpriv.attacks.inversion.scoring import (
     RECOVERY_HEADLINE,
+    Batches,
+    fixed_victims,
     image_summary,
     reconstruction_grid,
     score_batches,
@@ -297,8 +299,13 @@ class DiffGrad(Attack):
         spec = view.data_spec
         is_image = spec.is_image
         data_range = spec.data_range or (0.0, 1.0)
+        honest = np.setdiff1d(np.arange(view.network.n), view.attackers)
+        victims = honest if self.victims is None else honest[: self.victims]  # the config's, as prepare's
+        whose = f"the first attack.victims={self.victims} honest node(s)"
+        found = Batches(findings.victims, findings.x, findings.y, findings.objective)
+        batches = fixed_victims(self.name, found, victims, whose, truth)
         scored = score_batches(
-            findings.victims, findings.x, findings.y, findings.objective, truth, data_range, is_image
+            batches.victims, batches.xs, batches.ys, batches.objectives, truth, data_range, is_image
         )
         table = scored.table
         summary = {
@@ -351,6 +358,6 @@ class DiffGrad(Attack):
             )
         summary["verdict"] = (
             f"diffgrad: {recovered}; {labels} ({how}, on the gradient differences D^{self.round} leaked by the "
-            f"Delta z of {len(findings.victims)} honest node(s) with {len(table)} sample(s)).{anchor}"
+            f"Delta z of {len(batches.victims)} honest node(s) with {len(table)} sample(s)).{anchor}"
         )
         return Findings(tables={"attack": table}, summary=summary, figures=figures)

@@ -18,6 +18,7 @@ from decpriv.attacks.pdmm.leak import (
     check_theorem_form,
     extract,
 )
+from decpriv.attacks.targets import TargetRefused, fixed_targets
 from decpriv.errors import bad_value
 from decpriv.report.findings import Findings, keyed
 from decpriv.report.headline import Headline
@@ -84,8 +85,45 @@ class PDMMLeak(Attack):
             t: extract(view, t, a.rho, a.theta, a.update, self.form, a.alpha, a.mu) for t in self.stops(view)
         }
 
+    def fixed(self, findings: dict[int, Leak], view: View, p: int) -> dict[int, Leak]:
+        """The finding on the stopping points the config fixes (``attack.t_max``, or the run's length),
+        each covering rounds 1..t_max - 2 of every node, in order: a stop outside is refused, as is a leak
+        over other rounds or nodes; an omitted stop is scored as guessing zero (relative error 1)."""
+        n, stops = view.network.n, self.stops(view)
+        whose = "attack.t_max's stopping points"
+        order = torch.arange(len(findings), dtype=torch.float64)[:, None]
+        named = pd.DataFrame({"t_max": [int(t) for t in findings]})
+        table, slot = fixed_targets(self.name, named, order, pd.DataFrame({"t_max": stops}), whose)
+        given, leaks = (
+            dict(zip(table.t_max.tolist(), slot[:, 0].tolist(), strict=True)),
+            list(findings.values()),
+        )
+        fixed = {}
+        for t in stops:  # the config's order: the last stop is the headline's
+            rounds, k = np.arange(1, t - 1), given[t]
+            if np.isnan(k):
+                zeros = partial(torch.zeros, dtype=torch.float64)
+                K = len(rounds)
+                fixed[t] = Leak(np.arange(n), rounds, zeros(t - 1, n, p), zeros(t, n, p), zeros(K, n, p),
+                                zeros(K, n, p), zeros(K, n, p), zeros(t, n, p), zeros(t, n, p))  # fmt: skip
+                continue
+            leak = leaks[int(k)]
+            shapes = (leak.difference.shape, leak.start.shape, leak.plain_gradient.shape)
+            if not (
+                np.array_equal(leak.nodes, np.arange(n))
+                and np.array_equal(leak.rounds, rounds)
+                and shapes == ((len(rounds), n, p), (len(rounds), n, p), (t, n, p))
+            ):
+                raise TargetRefused(
+                    f"attack={self.name}: its finding for t_max={t} does not cover rounds 1..{t - 2} of "
+                    f"every node 0..{n - 1} (fixed outside the attack); a finding cannot choose what it is scored on"
+                )
+            fixed[t] = leak
+        return fixed
+
     def evaluate(self, findings: dict[int, Leak], truth: Truth, view: View) -> Findings:
         models = truth.extras["models"].to(torch.float64)
+        findings = self.fixed(findings, view, models.shape[-1])
         honest = np.setdiff1d(np.arange(view.network.n), view.attackers)
         rows, stops = [], []
         for t_max, leak in findings.items():
