@@ -73,9 +73,7 @@ class RobustAggregation(Defense):
         else:
             sizes = neighbourhood_sizes(setup.network.W)
         self.check_graph(sizes)
-        itemsize = torch.empty(
-            0, dtype=getattr(torch, getattr(setup.protocol, "dtype", "float32"))
-        ).element_size()
+        itemsize = getattr(torch, getattr(setup.protocol, "dtype", "float32")).itemsize
         self.check_memory(int(sizes.max()), setup.model.p, itemsize)
 
     def working_bytes(self, m: int, p: int, itemsize: int) -> int:

@@ -16,6 +16,7 @@ relays (the sandbox has no terminal). Standard library only, but for the sandbox
 
 import atexit
 import ctypes
+import fcntl
 import importlib
 import json
 import os
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -141,6 +143,8 @@ class Output:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.left, self.dropped, self.limit_kib, self.quiet_since = 0, 0, 0, time.monotonic()
+        self.pipes: list[int] = []  # the relays' read ends: what is still in them is not yet counted
+        self.busy = 0  # relays between reading a chunk and counting it
 
     def start(self, limit_kib: int) -> None:
         with self.lock:
@@ -160,10 +164,20 @@ class Output:
             self.dropped += size - len(kept)
             return kept.decode(errors="replace")
 
-    def note(self, wait: float = 1.0) -> str | None:
-        """Once the relay has been quiet a moment (up to ``wait`` s): the line saying what was dropped."""
+    def drained(self) -> bool:
+        """Every byte the session wrote has been read and counted: the pipes hold none, no relay holds a
+        chunk, and the relays have been quiet a moment (a byte in flight between the two)."""
+        pending = 0
+        for fd in self.pipes:
+            with suppress(OSError):
+                pending += int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4), sys.byteorder)
+        return not pending and not self.busy and time.monotonic() - self.quiet_since >= 0.1
+
+    def note(self, wait: float = 30.0) -> str | None:
+        """Once the session's output is drained (its tree has ended; up to ``wait`` s on a starved CPU):
+        the line saying what was dropped, counted exactly."""
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and time.monotonic() - self.quiet_since < 0.1:
+        while time.monotonic() < deadline and not self.drained():
             time.sleep(0.02)
         with self.lock:
             dropped, self.dropped = self.dropped, 0
@@ -177,15 +191,30 @@ def relay(pipe: IO[bytes], name: str, output: Output) -> None:
     marked as the attack's and its control characters shown, not obeyed (no escape sequence of the
     attack's reaches the user's terminal), within what ``output`` leaves."""
 
+    def read() -> bytes:
+        chunk = os.read(pipe.fileno(), 65536)
+        with output.lock:  # held from the read until counted: note() waits for it
+            output.busy += 1
+        return chunk
+
+    def write(chunk: bytes) -> None:
+        lines = chunk.decode(errors="replace").removesuffix("\n").split("\n")
+        kept = output.take("".join(f"attack| {shown(line)}\n" for line in lines))
+        if kept:
+            stream = getattr(sys, name)
+            stream.write(kept)
+            stream.flush()
+
     def copy() -> None:
         with suppress(OSError, ValueError):  # a chunk at a time: a last line without newline shows too
-            for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
-                lines = chunk.decode(errors="replace").removesuffix("\n").split("\n")
-                kept = output.take("".join(f"attack| {shown(line)}\n" for line in lines))
-                if kept:
-                    stream = getattr(sys, name)
-                    stream.write(kept)
-                    stream.flush()
+            for chunk in iter(read, b""):
+                try:
+                    write(chunk)
+                finally:
+                    with output.lock:
+                        output.busy -= 1
+
+    output.pipes.append(pipe.fileno())
 
     threading.Thread(target=copy, name=f"decpriv-attack-{name}", daemon=True).start()
 
