@@ -426,6 +426,7 @@ def simulate(
         public=outcome.public,
         seeds=context.seeds,
         plan=plan,
+        sybils=adv.sybils,
         oracle_declared=setup.oracle,
     )
     return outcome, view

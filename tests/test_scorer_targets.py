@@ -16,6 +16,7 @@ from test_pdmm_diffgrad import LOGISTIC
 from test_secure_aggregation import FIG10_EDGES, SMALL
 
 from decpriv import api, experiment
+from decpriv.adversary.adversary import place_sybils
 from decpriv.attacks.audit.attack import refuse_nonfinite
 from decpriv.attacks.inversion.scoring import Batches, score_batches
 from decpriv.attacks.p2p.active_inversion import Extracted
@@ -447,3 +448,18 @@ def test_the_sybil_pair_and_its_baselines_are_the_threat_models(sybils):
     assert (
         rows.iloc[:-1].recovered_relative_error.tolist() == honest.iloc[:-1].recovered_relative_error.tolist()
     )
+
+
+def test_on_a_complete_graph_the_sybil_victim_is_the_one_the_config_named():
+    """On a complete graph every honest node has a Sybil pair placed around it (the drop-out claim): the
+    victim scored is adversary.sybils's, and a plan placing the pair around another honest node is refused."""
+    attack, view, truth, findings = sealed_run(
+        *SMALL, "protocol.batch_size=4", "topology=complete", "topology.n=6", "protocol.rounds=3",
+        "protocol.dtype=float64", "attack=sybil_evasion", "adversary.sybils=0", "attack.permutations=5",
+        "defense=secure_aggregation",
+    )  # fmt: skip
+    assert view.sybils.victim == view.plan.victim == 0
+    attack.evaluate(findings, truth, view)
+    other = place_sybils(view.network, 3, view.attackers.tolist())
+    with pytest.raises(TargetRefused, match=r"its plan names the Sybil pair .*victim=3"):
+        attack.evaluate(findings, truth, replace(view, plan=other))

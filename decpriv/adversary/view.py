@@ -85,6 +85,7 @@ class View:
     public: dict[str, Any] = field(default_factory=dict)  # e.g. the common initial model when it is public
     seeds: ScopedSeeds | None = None  # streams named attack.*
     plan: Any = None  # what the attack's prepare step decided before the run
+    sybils: Any = None  # the Sybil pair the config placed (adversary.sybils): the adversary's own choice
     # ground truth, put here by the pipeline only under ``attack.oracle=true`` (a paper's shortcut, marked
     # ``attack_oracle`` in run.json and summary.csv); None for every honest attack
     oracle: Any = None

@@ -112,15 +112,15 @@ def sybil_pair(attack: str, view: View) -> SybilPair:
     """The pair the threat model places, rebuilt from the pipeline's graph and attackers (the two Sybils):
     the victim is the one node (not a Sybil) whose membership differs between their closed
     neighbourhoods, the pair ``place_sybils`` puts around it. On a complete graph (the drop-out claim)
-    every honest node qualifies and the view does not say which ``adversary.sybils`` named: the plan's
-    victim is then taken if it is honest and the pair is the one placed around it."""
+    every honest node qualifies: the victim is then the one ``adversary.sybils`` named in the config."""
     claimed, attackers = view.plan, view.attackers
     hood = view.network.adjacency.toarray() > 0
     np.fill_diagonal(hood, True)
     if len(attackers) == 2:
         differ = np.flatnonzero(hood[attackers[0]] != hood[attackers[1]])
         differ = np.setdiff1d(differ, attackers)
-        victim = int(differ[0]) if len(differ) == 1 else getattr(claimed, "victim", -1)
+        placed = getattr(view.sybils, "victim", -1)
+        victim = int(differ[0]) if len(differ) == 1 else placed
         if 0 <= victim < view.network.n and victim not in attackers:
             pair = place_sybils(view.network, int(victim), attackers.tolist())
             fields = ("victim", "a", "b", "dropout")
