@@ -33,16 +33,20 @@ def test_the_pipeline_and_the_attacks_import_matplotlib_only_to_draw():
 
 def test_each_picture_is_drawn_once_and_laid_out_without_measuring(tmp_path, monkeypatch):
     """A PNG is one drawing: no layout that measures every text first (tight_layout, or savefig's
-    bbox_inches="tight", which draws the figure once more to find its bounds)."""
+    bbox_inches="tight", which draws the figure once more to find its bounds), and no title lifted over
+    its axis' measured tick labels (each drawing would measure every axis' texts)."""
     from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
     drawn, measured = [], []
-    draw, tightbbox = Figure.draw, Axes.get_tightbbox
+    draw = Figure.draw
     monkeypatch.setattr(Figure, "draw", lambda self, renderer: drawn.append(1) or draw(self, renderer))
-    monkeypatch.setattr(
-        Axes, "get_tightbbox", lambda self, *a, **k: measured.append(1) or tightbbox(self, *a, **k)
-    )
+    for cls in (Axes, Axis):
+        tightbbox = cls.get_tightbbox
+        monkeypatch.setattr(
+            cls, "get_tightbbox", lambda self, *a, k=tightbbox, **kw: measured.append(1) or k(self, *a, **kw)
+        )
     command = ["run", "protocol.rounds=4", "attack=knowledge_matrix", "protocol=gossip", "topology.n=12"]
     assert main([*command, f"hydra.run.dir={tmp_path / 'r'}"]) == 0
     assert len(list((tmp_path / "r").rglob("*.png"))) == 3 == len(drawn) and measured == []
