@@ -125,8 +125,9 @@ def shuffled_labels(labels: torch.Tensor, valid: torch.Tensor, count: int, gener
     members among its valid entries (ranks of i.i.d. uniform keys, padding ranked last)."""
     keys = rng.uniform((*valid.shape[:1], count, valid.shape[1]), generator, valid.device, torch.float64)
     keys = torch.where(valid[:, None, :], keys, 2.0)
-    rank = keys.argsort(-1).argsort(-1)
-    return rank < (labels & valid).sum(1)[:, None, None]
+    order = keys.argsort(-1)
+    first = (torch.arange(valid.shape[1]) < (labels & valid).sum(1)[:, None, None]).expand_as(order)
+    return torch.empty_like(first).scatter_(-1, order, first)  # the lowest keys' places are members
 
 
 def null_summary(observed: np.ndarray, null: np.ndarray) -> dict[str, np.ndarray]:
