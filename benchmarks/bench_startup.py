@@ -78,7 +78,8 @@ def decpriv_run(source: str | None, overrides: list[str], folder: Path) -> tuple
     env = {**os.environ, **THREADS, "DECPRIV_BENCH_CPU": str(own)}
     if source is not None:
         env["PYTHONPATH"] = source
-    whole, cpu = timed([sys.executable, "-c", ENTRY, "run", *overrides, f"hydra.run.dir={folder}"], env)
+    # -P: the working folder (a checkout's root) is not put before PYTHONPATH, so --before runs its own code
+    whole, cpu = timed([sys.executable, "-P", "-c", ENTRY, "run", *overrides, f"hydra.run.dir={folder}"], env)
     phases = json.loads((folder / "run.json").read_text())["wall_seconds"]["total"]
     return whole, cpu, float(own.read_text()), phases
 
