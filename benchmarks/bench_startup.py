@@ -6,16 +6,17 @@ Each round runs, one after another, with one BLAS/OpenMP thread:
 2. The knowledge matrix at n = 1000 (``bench_end_to_end``'s command: gossip over ER(n, 2 ln n / n), 2%
    attackers, T = 20): the whole process against the torch import plus the phases run.json records
    (build, simulate, attack, evaluate, write): the science. Goal: whole <= 1.5x.
-3. The default run, ``decpriv run`` as a user types it (pictures on), and with ``plots=false``: whole
-   against the torch import. Goal: <= 2x with pictures.
+3. The default run, ``decpriv run`` (pictures on), and with ``plots=false``: whole against the torch
+   import. Goal: <= 2x with pictures.
 
 Rounds interleave the commands, so a load spike on the shared machine hits every row of a round; the
 table gives medians over rounds (min-max beside them) and the ratios of the medians. Beside the wall
 times, the CPU seconds of each command's own process against the torch import's (the zygote, started
 under bubblewrap, is not reaped through it and is not counted): on an overloaded machine, where a
 command's two interpreters wait for the cores, the CPU ratio still says how much work the pipeline's
-process does beyond the import. ``--before DIR`` runs
-each decpriv command a second time from another checkout of decpriv (``git archive <commit> | tar -x -C
+process does beyond the import; "own CPU" is the command's process alone, which reports it at exit
+(every command runs the console script's code through ``python -c``, so that a checkout named by
+``--before`` runs the same way). ``--before DIR`` runs each decpriv command a second time from another checkout of decpriv (``git archive <commit> | tar -x -C
 DIR``) in the same rounds: before and after, side by side. ``python -m benchmarks.bench_startup
 [--rounds R] [--before DIR]``; ``make bench`` runs it with 3 rounds.
 """
@@ -33,8 +34,14 @@ import time
 from pathlib import Path
 
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-DECPRIV = str(Path(sys.executable).with_name("decpriv"))  # the console script a user types
-ENTRY = "import sys; from decpriv.cli import entry; sys.argv[0] = 'decpriv'; entry()"
+# the console script's own code, which a user's ``decpriv`` runs, and at exit the CPU seconds of this
+# process alone (not the zygote nor any child) into the file named by DECPRIV_BENCH_CPU
+ENTRY = (
+    "import atexit, os, resource, sys; from pathlib import Path; "
+    "atexit.register(lambda: Path(os.environ['DECPRIV_BENCH_CPU']).write_text("
+    "str(sum(resource.getrusage(resource.RUSAGE_SELF)[:2])))); "
+    "from decpriv.cli import entry; sys.argv[0] = 'decpriv'; entry()"
+)
 N = 1000
 
 
@@ -64,17 +71,17 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return time.perf_counter() - begin, cpu_of_children() - cpu
 
 
-def decpriv_run(source: str | None, overrides: list[str], folder: Path) -> tuple[float, float, float]:
-    """(whole seconds, its CPU seconds, run.json's phases in seconds) of one ``decpriv run``, from this
-    checkout (None) or from the checkout at ``source``."""
-    env = {**os.environ, **THREADS}
-    if source is None:
-        command = [DECPRIV]
-    else:
+def decpriv_run(source: str | None, overrides: list[str], folder: Path) -> tuple[float, float, float, float]:
+    """(whole seconds, its CPU seconds, its own process's CPU seconds, run.json's phases in seconds) of
+    one ``decpriv run``, from this checkout (None) or from the checkout at ``source``."""
+    own = folder.with_name(f"{folder.name}.cpu")
+    env = {**os.environ, **THREADS, "DECPRIV_BENCH_CPU": str(own)}
+    if source is not None:
         env["PYTHONPATH"] = source
-        command = [sys.executable, "-c", ENTRY]
-    whole, cpu = timed([*command, "run", *overrides, f"hydra.run.dir={folder}"], env)
-    return whole, cpu, json.loads((folder / "run.json").read_text())["wall_seconds"]["total"]
+    # -P: the working folder (a checkout's root) is not put before PYTHONPATH, so --before runs its own code
+    whole, cpu = timed([sys.executable, "-P", "-c", ENTRY, "run", *overrides, f"hydra.run.dir={folder}"], env)
+    phases = json.loads((folder / "run.json").read_text())["wall_seconds"]["total"]
+    return whole, cpu, float(own.read_text()), phases
 
 
 def rows(sources: dict[str, str | None]) -> dict[str, tuple[list[str], str | None]]:
@@ -98,6 +105,7 @@ def main(rounds: int = 3, before: str | None = None) -> None:
     torch_cpu: list[float] = []
     whole: dict[str, list[float]] = {name: [] for name in timed_rows}
     cpu: dict[str, list[float]] = {name: [] for name in timed_rows}
+    own: dict[str, list[float]] = {name: [] for name in timed_rows}
     phases: dict[str, list[float]] = {name: [] for name in timed_rows}
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,25 +114,32 @@ def main(rounds: int = 3, before: str | None = None) -> None:
             torch_s.append(bare[0])
             torch_cpu.append(bare[1])
             for k, (name, (overrides, source)) in enumerate(timed_rows.items()):
-                w, c, p = decpriv_run(source, overrides, Path(tmp) / f"{r}-{k}")
+                w, c, o, p = decpriv_run(source, overrides, Path(tmp) / f"{r}-{k}")
                 whole[name].append(w)
                 cpu[name].append(c)
+                own[name].append(o)
                 phases[name].append(p)
-    bare = statistics.median(torch_s)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    bare_cpu = statistics.median(torch_cpu)
     print(
         f"{rounds} rounds, medians (min-max), seconds; import torch: {spread(torch_s)}, CPU {spread(torch_cpu)}"
     )
+    table(statistics.median(torch_s), statistics.median(torch_cpu), whole, phases, cpu, own)
+
+
+def table(bare: float, bare_cpu: float, *columns: dict[str, list[float]]) -> None:
+    """One row per command: whole, phases and CPU seconds (its process and the children it reaped, then
+    its process alone), and their ratios to the torch import's."""
     print(
         f"{'command':<34} {'whole':>18} {'phases':>18}  whole / torch  whole / (torch + phases)"
-        f" {'CPU':>18}  CPU / torch's"
+        f" {'CPU':>18}  CPU / torch's {'own CPU':>18}  own / torch's"
     )
-    for name in timed_rows:
-        w, p, c = (statistics.median(values[name]) for values in (whole, phases, cpu))
+    whole, phases, cpu, own = columns
+    for name in whole:
+        w, p, c, o = (statistics.median(values[name]) for values in columns)
         print(
             f"{name:<34} {spread(whole[name]):>18} {spread(phases[name]):>18}  {w / bare:>12.2f}x"
             f"  {w / (bare + p):>22.2f}x {spread(cpu[name]):>18}  {c / bare_cpu:>12.2f}x"
+            f" {spread(own[name]):>18}  {o / bare_cpu:>12.2f}x"
         )
     print("goals: knowledge whole / (torch + phases) <= 1.5x; default (pictures on) whole / torch <= 2x")
 

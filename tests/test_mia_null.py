@@ -46,6 +46,26 @@ def test_batched_statistics_match_sklearn_and_the_threshold_scan(tied):
         assert float(got["advantage"][k, 0]) == pytest.approx(float(scan[0]), abs=1e-6)  # scan: float32 TNR
 
 
+def test_each_labelling_of_a_batch_matches_sklearn_members_anywhere():
+    """B labellings of one row, members scattered through it and their counts unequal, 300 non-members
+    and more (1% FPR allows 3 false positives): each is scored as scikit-learn scores it alone."""
+    rng = np.random.default_rng(3)
+    scores = torch.as_tensor(rng.integers(0, 400, size=(2, 330)).astype(float))  # ties
+    valid = torch.ones(2, 330, dtype=torch.bool)
+    labels = torch.as_tensor(rng.random((2, 6, 330)) < rng.uniform(0.02, 0.1, (2, 6, 1)))
+    labels |= torch.as_tensor(rng.random((2, 6, 330)) < 0.5) & (scores < 40)[:, None, :]  # a signal
+    got = statistics(scores, valid, labels, 150)
+    for k in range(2):
+        for b in range(6):
+            y, s = labels[k, b].numpy(), -scores[k].numpy()
+            fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
+            assert float(got["auc"][k, b]) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+            assert float(got["tpr_at_1pct_fpr"][k, b]) == pytest.approx(tpr[fpr <= 0.01].max(), abs=1e-12)
+            assert float(got["tpr_at_0.1pct_fpr"][k, b]) == pytest.approx(tpr[fpr <= 0.001].max(), abs=1e-12)
+            alone = statistics(scores[k : k + 1], valid[k : k + 1], labels[k : k + 1, b : b + 1], 150)
+            assert float(got["advantage"][k, b]) == float(alone["advantage"][0, 0])
+
+
 def test_shuffled_labels_keep_counts_and_skip_padding():
     valid = torch.tensor([[True] * 6 + [False] * 2, [True] * 8])
     labels = torch.tensor([[True] * 3 + [False] * 5, [True] * 2 + [False] * 6])

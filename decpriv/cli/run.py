@@ -3,6 +3,7 @@ checked first, so bad input fails in one sentence with exit status 2 before any 
 exists; then Hydra runs the jobs (decpriv's checked sweeper, the chosen launcher) into a claimed folder."""
 
 import argparse
+import gc
 import signal
 import sys
 from collections.abc import Iterator
@@ -181,6 +182,14 @@ def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> in
             return _checked_run(ns, args, console)
 
 
+def start_up_done() -> None:
+    """The command's imports are done (the precheck built the config): what they made is kept out of
+    every later collection, and collections resume (the console script paused them, decpriv.cli.entry)."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> int:
     from decpriv.cli.output_folder import claim_output_folder
     from decpriv.cli.precheck import precheck
@@ -191,6 +200,7 @@ def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> i
     overrides, multirun = list(ns.overrides), bool(ns.multirun)
     try:
         plan = precheck(overrides, multirun)
+        start_up_done()
         folder_override, folder = claim_output_folder(
             overrides, multirun, plan.hydra, plan.resuming, None if multirun else (plan.digests or [None])[0]
         )

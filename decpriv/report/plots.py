@@ -19,6 +19,8 @@ def subplots(*args, **kwargs):
     import matplotlib
 
     matplotlib.use("Agg")
+    # a title set at y = 1 is not moved above the axes' tick labels: no text measured before the drawing
+    matplotlib.rcParams["axes.titley"] = 1.0
     import matplotlib.pyplot as plt
 
     return plt.subplots(*args, **kwargs)

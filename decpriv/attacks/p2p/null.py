@@ -32,12 +32,28 @@ def mid_ranks(ordered: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(position).scatter_(1, order, (total / count.clamp_min(1)).gather(1, group))
 
 
+def member_places(labels: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """(K * B, P): where each labelling's members stand in its row's ascending order (0-based), sorted,
+    P the most members of any labelling, the rest padded with 2N + 2 (after every place)."""
+    k_count, b_count, n = labels.shape
+    k, b, i = labels.nonzero(as_tuple=True)  # row-major: each labelling's members are consecutive
+    row = k * b_count + b
+    counts = labels.sum(-1).flatten()
+    first = counts.cumsum(0) - counts
+    places = torch.full((k_count * b_count, max(1, int(counts.max()))), 2 * n + 2)
+    places[row, torch.arange(len(row)) - first[row]] = torch.argsort(order, 1)[k, i]
+    return places.sort(1).values
+
+
 def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, thresholds: int) -> dict:
     """Each statistic, (K, B), for scores (K, N) and B labellings ``labels`` (K, B, N) (True = member).
 
     advantage: max over ``thresholds`` evenly spaced rho in [min, max] of (TPR + TNR)/2 - 0.5, members
     predicted when score < rho; auc: P(member scores lower) + P(tie)/2; tpr_at_*: the largest TPR whose
     FPR is at most 1% / 0.1%, thresholds between distinct scores (the unthinned ROC curve).
+
+    Members are few (tens of a row's thousands): each labelling is read once, for where its members stand
+    in the row's order, and every count of members below a threshold is a search among those places.
     """
     scores = scores.double()
     usable = valid & torch.isfinite(scores)
@@ -47,12 +63,15 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
     order = scores.argsort(dim=1, stable=True)
     ordered = scores.gather(1, order)
     labels = labels & valid[:, None, :]
-    pos = labels.sum(-1).double()  # (K, B): equal across B for permutations, kept general
+    k_count, b_count, n = labels.shape
+    places = member_places(labels, order)  # (K * B, P)
+    pos = (places < n).sum(1).reshape(k_count, b_count).double()  # equal across B for permutations
     neg = valid.sum(1, keepdim=True).double() - pos
-    hits = labels.gather(2, order[:, None, :].expand_as(labels))
-    tp = torch.nn.functional.pad(
-        hits.cumsum(-1), (1, 0)
-    ).double()  # (K, B, N + 1): members among the i lowest
+
+    def members_below(at: torch.Tensor, right: bool = False) -> torch.Tensor:
+        """(K, B, M): members among the ``at`` (K, B, M) lowest of each labelling's row (``right``: ``at + 1``)."""
+        found = torch.searchsorted(places, at.reshape(k_count * b_count, -1).contiguous(), right=right)
+        return found.reshape(at.shape).double()
 
     some = usable.any(1)  # the thresholds span the finite scores (none: one threshold no score is below)
     finite = torch.where(some, torch.where(usable, scores, -torch.inf).amax(1), 0.0)
@@ -60,24 +79,45 @@ def statistics(scores: torch.Tensor, valid: torch.Tensor, labels: torch.Tensor, 
     rho = low[:, None] + (finite - low)[:, None] * torch.linspace(0, 1, thresholds, dtype=scores.dtype)
     sorted_ = torch.where(ordered.isnan(), torch.inf, ordered)  # searchsorted reads no NaN
     below = torch.searchsorted(sorted_, rho.contiguous())  # (K, T) scores strictly below rho
-    tp_rho = tp.gather(2, below[:, None, :].expand(-1, tp.shape[1], -1))
+    tp_rho = members_below(below[:, None, :].expand(-1, b_count, -1))
     tnr = (neg[..., None] - (below[:, None, :] - tp_rho)) / neg[..., None]
     out = {"advantage": ((tp_rho / pos[..., None] + tnr) / 2).amax(-1) - 0.5}
 
+    # mid-ranks are halves of integers: their sums are exact in any order, so the members' are subtracted
     ranks = mid_ranks(ordered, order)
-    neg_rank_sum = torch.einsum("kbn,kn->kb", (~labels & valid[:, None, :]).double(), ranks)
+    ranked = ranks.gather(1, order)  # in the row's order
+    row = torch.arange(k_count).repeat_interleave(b_count)[:, None]
+    member_rank_sum = torch.where(places < n, ranked[row, places.clamp_max(n - 1)], 0.0).sum(1)
+    neg_rank_sum = torch.where(valid, ranks, 0.0).sum(1, keepdim=True) - member_rank_sum.reshape(
+        k_count, b_count
+    )
     out["auc"] = (neg_rank_sum - neg * (neg + 1) / 2) / (pos * neg)
 
-    n = scores.shape[1]
     ends = valid.gather(1, order) & torch.cat(
         [ordered[:, 1:] != ordered[:, :-1], torch.ones(len(scores), 1, dtype=torch.bool)], 1
     )  # last position of each group of tied scores
-    taken = tp[..., 1:]
-    fp = torch.arange(1, n + 1, dtype=torch.float64) - taken
+    last_end = torch.where(ends, torch.arange(n), -1).cummax(1).values  # (K, N): the last end up to each
+    rank_of_member = torch.arange(places.shape[1])
     for name, rate in FPRS.items():
-        ok = ends[:, None, :] & (fp / neg[..., None] <= rate)
-        out[name] = torch.where(ok, taken, 0.0).amax(-1) / pos
+        allowed = most_false_positives(neg, rate)  # (K, B)
+        # false positives rise along the order: the allowed thresholds are a prefix, of this length
+        before = ((places - rank_of_member <= allowed.reshape(-1, 1)).sum(1)).reshape(k_count, b_count)
+        prefix = torch.where(allowed >= 0, (allowed + before).clamp_max(n), 0)
+        end = torch.where(prefix > 0, last_end.gather(1, (prefix - 1).clamp_min(0)), -1)
+        taken = torch.where(end >= 0, members_below(end[..., None], right=True)[..., 0], 0.0)
+        out[name] = taken / pos
     return out
+
+
+def most_false_positives(neg: torch.Tensor, rate: float) -> torch.Tensor:
+    """(K, B): the most false positives f whose rate f / neg, as float64 divides it, is at most ``rate``;
+    -1 where none is (no negative)."""
+    guess = torch.floor(neg * rate).long()
+    best = torch.full_like(guess, -1)
+    for step in (-2, -1, 0, 1, 2):  # the product's rounding moves the floor by one at most
+        f = (guess + step).clamp_min(0)
+        best = torch.where(f / neg <= rate, torch.maximum(best, f), best)
+    return best
 
 
 def shuffled_labels(labels: torch.Tensor, valid: torch.Tensor, count: int, generator: torch.Generator):
@@ -85,8 +125,9 @@ def shuffled_labels(labels: torch.Tensor, valid: torch.Tensor, count: int, gener
     members among its valid entries (ranks of i.i.d. uniform keys, padding ranked last)."""
     keys = rng.uniform((*valid.shape[:1], count, valid.shape[1]), generator, valid.device, torch.float64)
     keys = torch.where(valid[:, None, :], keys, 2.0)
-    rank = keys.argsort(-1).argsort(-1)
-    return rank < (labels & valid).sum(1)[:, None, None]
+    order = keys.argsort(-1)
+    first = (torch.arange(valid.shape[1]) < (labels & valid).sum(1)[:, None, None]).expand_as(order)
+    return torch.empty_like(first).scatter_(-1, order, first)  # the lowest keys' places are members
 
 
 def null_summary(observed: np.ndarray, null: np.ndarray) -> dict[str, np.ndarray]:
