@@ -84,3 +84,22 @@ def test_the_console_script_collects_no_garbage_until_its_config_is_checked(tmp_
         gc.enable()
         gc.unfreeze()
     assert ended.value.code == 0 and collecting == {"precheck": False, "run": True}
+
+
+def test_the_reading_commands_collect_as_usual(tmp_path, monkeypatch):
+    """Only ``decpriv run`` pauses collections for its start-up: a reading command may walk a large sweep,
+    and its garbage is collected as it comes."""
+    from decpriv import scheduler
+    from decpriv.cli import entry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["decpriv", "runs"])
+    ending = scheduler.ENDING[0]
+    try:
+        with pytest.raises(SystemExit):
+            entry()
+        assert gc.isenabled()
+    finally:
+        scheduler.ENDING[0] = ending
+        gc.enable()
+        gc.unfreeze()

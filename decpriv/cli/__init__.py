@@ -133,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     # start-up's imports (torch, pandas, Hydra) build half a million objects, which automatic collections
     # walk again and again (0.45 s of CPU): none runs until decpriv run has checked its config
-    # (decpriv.cli.run.start_up_done) or this process ends
-    gc.disable()
+    # (decpriv.cli.precheck.start_up_done) or this process ends; the reading commands, which may walk a
+    # large sweep, collect as usual
+    if sys.argv[1:2] == ["run"]:
+        gc.disable()
     from decpriv import scheduler
 
     scheduler.ENDING[0] = True  # this process exits after main (scheduler.stop_once_on_sigint)

@@ -213,6 +213,14 @@ def refuse_two_options(overrides: list[str]) -> None:
             )
 
 
+def start_up_done() -> None:
+    """The command's imports are done (a job's config is built): what they made is kept out of every
+    later collection, and collections resume (the console script paused them, decpriv.cli.entry)."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 def precheck(overrides: list[str], multirun: bool) -> Plan:
     """Compose and check every job of the (possibly swept) command line before any job runs."""
     refuse_two_options(overrides)
@@ -241,6 +249,7 @@ def precheck(overrides: list[str], multirun: bool) -> Plan:
             plan.digests = [experiment.config_digest(experiment.flatten_config(cfg, choices))]
     else:
         plan.digests = [check_job(cfg, choices, overrides, True)]
+        start_up_done()  # the other jobs' builds make garbage: collected as it comes
         rest = (check_job(*compose_or_refuse(job)[:2], overrides, True) for job in jobs[1:])
         plan.digests += list(_with_progress(rest, len(jobs), done=1))
     return plan

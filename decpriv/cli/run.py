@@ -3,7 +3,6 @@ checked first, so bad input fails in one sentence with exit status 2 before any 
 exists; then Hydra runs the jobs (decpriv's checked sweeper, the chosen launcher) into a claimed folder."""
 
 import argparse
-import gc
 import signal
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from decpriv.cli.precheck import Plan
+from decpriv.cli.precheck import Plan, start_up_done
 from decpriv.errors import ConfigError
 from decpriv.stderr import print_error, print_stderr
 
@@ -180,14 +179,6 @@ def run_command(ns: argparse.Namespace, args: list[str], console: Console) -> in
             return _checked_run(ns, args, console)
         with stop_once_on_sigint():  # a second Ctrl-C would break the shutdown
             return _checked_run(ns, args, console)
-
-
-def start_up_done() -> None:
-    """The command's imports are done (the precheck built the config): what they made is kept out of
-    every later collection, and collections resume (the console script paused them, decpriv.cli.entry)."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 def _checked_run(ns: argparse.Namespace, args: list[str], console: Console) -> int:
