@@ -15,6 +15,7 @@ import networkx as nx
 import torch
 from threadpoolctl import threadpool_limits
 
+from benchmarks.bench_robust import best
 from decpriv.defenses.norm_bounding import NormBounding
 from decpriv.defenses.robust import (
     CentredClipping,
@@ -49,15 +50,6 @@ def rules() -> dict:
         "multi_krum": (MultiKrum(f=F), lambda: byzfl.MultiKrum(f=F)),
         "centred_clipping": (CentredClipping(tau=1.0), lambda: byzfl.CenteredClipping(tau=1.0, L=1)),
     }
-
-
-def best(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - begin)
-    return min(times), out
 
 
 def byzfl_time(make, rows_np, rows_t, centres) -> tuple[float, torch.Tensor]:

@@ -23,7 +23,6 @@ DIR``) in the same rounds: before and after, side by side. ``python -m benchmark
 
 import argparse
 import json
-import math
 import os
 import resource
 import statistics
@@ -32,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.bench_end_to_end import knowledge_overrides
 
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # the console script's own code, which a user's ``decpriv`` runs, and at exit the CPU seconds of this
@@ -43,18 +44,6 @@ ENTRY = (
     "from decpriv.cli import entry; sys.argv[0] = 'decpriv'; entry()"
 )
 N = 1000
-
-
-def knowledge(n: int = N) -> list[str]:
-    return [
-        "protocol=gossip",
-        "attack=knowledge_matrix",
-        "topology=erdos_renyi",
-        f"topology.n={n}",
-        f"topology.p={2 * math.log(n) / n:.6f}",
-        f"adversary.count={max(1, n // 50)}",
-        "protocol.rounds=20",
-    ]
 
 
 def cpu_of_children() -> float:
@@ -88,7 +77,7 @@ def rows(sources: dict[str, str | None]) -> dict[str, tuple[list[str], str | Non
     """The timed rows: (overrides, checkout) by name; one set per checkout."""
     out = {}
     for label, source in sources.items():
-        out[f"knowledge n={N}{label}"] = (knowledge(), source)
+        out[f"knowledge n={N}{label}"] = (knowledge_overrides(N), source)
         out[f"default{label}"] = ([], source)
         out[f"default plots=false{label}"] = (["plots=false"], source)
     return out
