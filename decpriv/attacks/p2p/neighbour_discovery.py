@@ -182,15 +182,16 @@ class NeighbourDiscovery(Attack):
         rounds = recorded_rounds(view.transcript)
         rounds = rounds[np.flatnonzero(rounds[1:] == rounds[:-1] + 1) + 1]
         if view.eavesdropper:
-            pairs = [(int(v), -1) for v in range(view.network.n)]
-        else:
-            pairs = [
-                (int(v), int(a))
-                for a in view.attackers
-                for v in np.setdiff1d(closed(view.network, int(a)), view.attackers)
-            ]
+            victims, heard = np.arange(view.network.n), np.full(view.network.n, -1)
+        else:  # a loop over the few attackers; their neighbourhoods as arrays
+            hoods = [np.setdiff1d(closed(view.network, int(a)), view.attackers) for a in view.attackers]
+            victims, heard = np.concatenate(hoods), np.repeat(view.attackers, [len(h) for h in hoods])
         return pd.DataFrame(
-            [(v, r, a) for v, a in pairs for r in rounds.tolist()], columns=["victim", "round", "heard_by"]
+            {
+                "victim": np.repeat(victims, len(rounds)).astype(np.int64),
+                "round": np.tile(rounds, len(victims)).astype(np.int64),
+                "heard_by": np.repeat(heard, len(rounds)).astype(np.int64),
+            }
         )
 
     def fixed(self, findings: Discovered, view: View) -> pd.DataFrame:
