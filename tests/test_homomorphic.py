@@ -204,14 +204,18 @@ def test_ckks_refusals_come_before_torch_loads_each_in_its_own_words(tmp_path):
 
 
 def test_a_large_decryption_error_is_measured_and_warned_of():
-    """scale_bits=25: about 2^(13 - 25) = 2.4e-4 a coordinate (the yaml's claim), and warned of. Measured
-    over 16 runs of this config (SEAL's noise is the OS's): 0.81 to 1.43 times 2^(13 - 25)."""
+    """scale_bits=25: about 2^(13 - 25) = 2.4e-4 a coordinate (the yaml's claim), and warned of. SEAL draws
+    its noise from the OS, so one round's largest error is a random maximum with a heavy right tail (1000
+    runs: 0.63 to 2.26 times 2^(13 - 25)); its mean over 8 rounds, measured over 800 runs of this config:
+    0.83 to 1.32 times 2^(13 - 25), mean 1.015, std 0.066."""
     with pytest.warns(UserWarning, match="homomorphic: CKKS decrypts the round-0 aggregate"):
         setup, _, _ = pipeline(
-            ["defense=homomorphic", *SMALL_CKKS, "defense.scale_bits=25", "protocol.rounds=1"]
+            ["defense=homomorphic", *SMALL_CKKS, "defense.scale_bits=25", "protocol.rounds=8"]
         )
-    error = setup.defense.summary()["he_max_abs_error"]
-    assert 0.75 * 2.0 ** (13 - 25) < error < 1.6 * 2.0 ** (13 - 25)
+    summary = setup.defense.summary()
+    typical = summary["he_mean_round_max_abs_error"]
+    assert 0.75 * 2.0 ** (13 - 25) < typical < 1.5 * 2.0 ** (13 - 25)
+    assert summary["he_max_abs_error"] >= typical
 
 
 def test_the_comparison_table_names_the_method_of_its_epsilon_and_no_job_order_timing():
