@@ -280,7 +280,7 @@ def _check_typed(cfg: DictConfig, choices: dict, overrides: list[str]) -> None:
     A ``_target_`` set beside a group's option stays the API's way to run one's own class."""
     from decpriv.config.validation import check_adversary_read, check_unread
 
-    check_unread(cfg, overrides)
+    check_unread(cfg, overrides, choices)
     check_adversary_read(choices, overrides)
 
 

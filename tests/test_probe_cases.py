@@ -231,6 +231,25 @@ def test_an_ldp_sigma_beside_a_target_is_refused(tmp_path, monkeypatch, capsys):
     assert "defense.sigma=2: is not read while defense.epsilon=5 is set" in said
 
 
+def test_a_presets_sigma_beside_its_target_is_refused_naming_the_preset(tmp_path, monkeypatch, capsys):
+    """A user's experiment preset that sets both defense.sigma and defense.epsilon would run the calibrated
+    sigma and record its own as if used: refused as the command line's would be, naming the preset's file;
+    the same preset without sigma runs past the check."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    preset = "# @package _global_\ndefaults:\n  - override /defense: ldp\ndefense:\n  epsilon: 5\n"
+    (tmp_path / "conf" / "experiment" / "mine.yaml").write_text(preset + "  sigma: 2\n")
+    said = refused(capsys, "run", *DECOR[1:], "experiment=mine")
+    assert "defense.sigma=2: is not read while defense.epsilon=5 is set" in said
+    assert "drop defense.sigma from experiment=mine (conf/experiment/mine.yaml)" in said
+    (tmp_path / "conf" / "experiment" / "mine.yaml").write_text(preset)
+    from decpriv.api import compose_config
+    from decpriv.config.validation import check_unread
+
+    cfg, choices = compose_config(["experiment=mine"])
+    check_unread(cfg, [], choices)
+
+
 def test_dp_accountings_numerical_fallback_is_no_value(caplog):
     """At noise 2.8e8 a step, dp-accounting's RDP of a sampled Gaussian rounds below zero and it returns
     epsilon 0 with an absl warning: no value (NaN), never a headline; its genuine 0 (the KL bound at an

@@ -63,7 +63,7 @@ def check_job(
     if take_resume(cfg):
         check_fixed_folder(overrides, multirun)
         digest = experiment.config_digest(experiment.flatten_config(cfg, choices))
-    check_unread(cfg, overrides)
+    check_unread(cfg, overrides, choices)
     check_adversary_read(choices, overrides)
     prebuilt = experiment.precheck(cfg, choices)
     return prebuilt if keep else digest

@@ -232,18 +232,44 @@ def check_adversary_read(choices: dict[str, Any], overrides: list[str]) -> None:
             )
 
 
-def check_unread(cfg: DictConfig, overrides: list[str]) -> None:
-    """A key set on the command line that the plugin's chosen mode never reads is refused: a plugin
-    declares them with an ``unread(node) -> {key: why}`` attribute on its ``_target_``."""
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+def check_unread(cfg: DictConfig, overrides: list[str], choices: dict[str, Any] | None = None) -> None:
+    """A key set on the command line, or by the experiment preset chosen, that the plugin's chosen mode
+    never reads is refused: a plugin declares them with an ``unread(node) -> {key: why}`` attribute on its
+    ``_target_``."""
+    given = {o.split("=", 1)[0].lstrip("+~"): "" for o in overrides if "=" in o}
+    given = {**preset_keys(choices or {}), **given}
     for group in PLUGIN_GROUPS:
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or node.get("_target_") is None:
             continue
         unread = getattr(import_target(group, str(node._target_)), "unread", None)
         for key, why in (unread(node) if unread else {}).items():
-            if f"{group}.{key}" in given:
-                raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", f"drop {group}.{key}")
+            where = given.get(f"{group}.{key}")
+            if where is not None:
+                fix = f"drop {group}.{key}" + (f" from {where}" if where else "")
+                raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", fix)
+
+
+def preset_keys(choices: dict[str, Any]) -> dict[str, str]:
+    """The plugin keys the chosen experiment preset sets itself (``defense: {epsilon: 10}``), each with
+    the preset's file: values its author typed, as a command line's are (a defaults entry sets none)."""
+    from decpriv.config.user_conf import USER_CONF
+
+    name = choices.get("experiment")
+    if not name:
+        return {}
+    own = USER_CONF / "experiment" / f"{name}.yaml"
+    shipped = resources.files("decpriv") / "conf" / "experiment" / f"{name}.yaml"
+    file = own if own.is_file() else shipped
+    if not file.is_file():
+        return {}
+    preset = OmegaConf.load(file)
+    return {
+        f"{group}.{key}": f"experiment={name} ({file})"
+        for group in PLUGIN_GROUPS
+        if isinstance(preset.get(group), DictConfig)
+        for key in preset[group]
+    }
 
 
 def blocked_target(error: Exception, cfg: DictConfig, choices: dict[str, Any]) -> ConfigError | None:
