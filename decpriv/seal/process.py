@@ -20,6 +20,7 @@ under the process seal, what root or the same user can read of another process. 
 """
 
 import builtins
+import gc
 import os
 import pickle
 import shutil
@@ -469,4 +470,6 @@ if __name__ == "__main__":  # the zygote's command (decpriv/seal/zygote.py)
     import decpriv.attacks.base  # noqa: F401  (what every attack, context and view unpickles)
     import decpriv.report.findings  # noqa: F401
 
+    gc.freeze()  # the imports' objects are kept out of every collection (and out of the forks' copies)
+    gc.enable()
     zygote.serve(int(sys.argv[1]), sys.argv[2], session)

@@ -72,6 +72,15 @@ def child_environment(seal: str) -> dict[str, str]:
     return env
 
 
+# decpriv/seal/process.py run as __main__, with automatic collections paused through its imports (torch's
+# half a million objects, walked again and again: 0.75 s of CPU, docs/speed.md); it resumes them, with
+# what the imports made frozen out of every later collection, before it serves
+ZYGOTE_MAIN = (
+    "import gc, runpy; gc.disable(); "
+    "runpy.run_module('decpriv.seal.process', run_name='__main__', alter_sys=True)"
+)
+
+
 class Zygote:
     """A clean process that only forks (:func:`serve`), in the sandbox ``seal`` names: ``bubblewrap``
     (:mod:`decpriv.seal.sandbox`; with ``gpu`` the NVIDIA device nodes bound in; each session mounts its own
@@ -84,7 +93,7 @@ class Zygote:
         self.seal = seal_kind()
         remove_stale_scratch()
         # the command imports torch and the attack interface (decpriv/seal/process.py), then serves
-        python = [sys.executable, "-P", "-s", "-m", "decpriv.seal.process"]
+        python = [sys.executable, "-P", "-s", "-c", ZYGOTE_MAIN]
         command = [*python, str(theirs.fileno()), self.seal]
         fds = [theirs.fileno()]
         if self.seal == "bubblewrap":
