@@ -299,6 +299,9 @@ class Hostile(Attack):
             return torch.zeros(3).as_subclass(Liar)
         if self.way == "daemon":
             leave_daemon(self.heartbeat, self.summary)
+        if self.way == "collector":
+            found = f"{gc.isenabled()} {gc.get_freeze_count()}"
+            return pd.DataFrame({"way": [self.way], "found": [found]})
         return self.look() if self.way == "look" else pd.DataFrame({"way": [self.way], "found": [""]})
 
     def look(self) -> pd.DataFrame:

@@ -209,6 +209,16 @@ def test_wrapped_membership_findings_cannot_patch_the_scorer(peek_conf):
     assert mia.view_summary is scorer and not marker.exists()
 
 
+def test_the_attack_collects_its_garbage_beyond_the_zygotes_frozen_imports(peek_conf):
+    """The zygote pauses collections while it imports torch (docs/speed.md): the attack forked from it
+    collects as usual, and the imports' objects (torch's, several hundred thousand) are frozen out of its
+    collections."""
+    api.run(hostile("collector", ""), out_dir="run")
+    found = pd.read_csv(peek_conf / "run" / "hostile.csv").set_index("way").found["collector"]
+    enabled, frozen = found.split()
+    assert enabled == "True" and int(frozen) > 100_000
+
+
 def sealed_in_namespaces() -> bool:
     return zygote.seal_kind() == "bubblewrap"
 
