@@ -42,13 +42,30 @@ class RunResult:
 
 
 def load(path: Path | str) -> RunResult:
-    """Read a run folder's status and every CSV table in it."""
+    """Read a run folder's status and every CSV table in it; a sweep's folder: its table built from its
+    jobs' folders (as ``show``, ``report`` and ``diff`` build it, not its summary.csv, a copy), with the
+    status its jobs share (``completed``) or ``mixed``."""
     path = Path(path)
+    from decpriv.report.ledger import has_plan
     from decpriv.report.run_folder import read_intact, read_table
 
+    if has_plan(path):
+        return _load_sweep(path)
     meta = read_intact(path)  # a damaged run, or one whose run.json is gone, is refused
     tables = {file.stem: read_table(file) for file in sorted(path.glob("*.csv"))}
     return RunResult(path, meta.get("status", "unknown"), tables)
+
+
+def _load_sweep(path: Path) -> RunResult:
+    """A sweep whose jobs include a damaged or lost one is refused, as every reader refuses it."""
+    from decpriv.report.ledger import refuse_untrusted_jobs
+    from decpriv.report.sweep import collect
+
+    table = collect(path)
+    refuse_untrusted_jobs(path, table)
+    statuses = set(table["status"]) if "status" in table else set()
+    status = statuses.pop() if len(statuses) == 1 else "mixed" if statuses else "unknown"
+    return RunResult(path, status, {"summary": table})
 
 
 def compose_job(overrides: list[str] | tuple[str, ...] = ()) -> tuple[DictConfig, dict, DictConfig]:

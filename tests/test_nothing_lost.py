@@ -243,9 +243,14 @@ def test_a_damaged_sweep_job_is_named_by_every_reader_and_resume_reruns_it_alone
 ):
     """A sweep whose job lost a table: show lists it damaged, report, plot and diff refuse the sweep naming
     the job; resume=true reruns that job only. A job whose run.json is gone is damaged too."""
+    import re
     import shutil
 
+    import pandas as pd
     from conftest import run_cli
+
+    from decpriv import api
+    from decpriv.errors import ConfigError
 
     grid = ["seed=0,1,2", "protocol.rounds=2", "topology.n=4", "plots=false", "hydra.sweep.dir=sw"]
     run_cli("run", "-m", *grid, cwd=tmp_path, check=True)
@@ -261,10 +266,21 @@ def test_a_damaged_sweep_job_is_named_by_every_reader_and_resume_reruns_it_alone
         line = refused(capsys, *command)
         assert f"2 of its 3 jobs no longer hold the result they wrote (job 1, damaged: {said})" in line
         assert "hydra.sweep.dir=sw resume=true" in line
+    with pytest.raises(ConfigError, match=re.escape(f"(job 1, damaged: {said})")):
+        api.load("sw")  # the Python API read the sweep's own summary.csv: "unknown", job 1 "completed"
     rerun = run_cli("run", "-m", *grid, "resume=true", cwd=tmp_path, check=True)
     assert "1 job(s) kept" in rerun.stdout
     assert (tmp_path / "sw" / "0" / "run.json").read_bytes() == kept
     assert main(["report", "sw"]) == 0 and main(["diff", "sw", "whole", "--brief"]) == 0
+    copy = pd.read_csv("sw/summary.csv")  # the ledger's rendering, edited: every reader takes the jobs'
+    copy.loc[copy.job == 1, "test_accuracy"] = 0.999
+    copy.to_csv("sw/summary.csv", index=False)
+    loaded = api.load("sw")
+    assert loaded.status == "completed" and list(loaded.summary.index[:2]) == ["job", "status"]
+    assert (
+        loaded.tables["summary"].test_accuracy.tolist()
+        == api.load("whole").tables["summary"].test_accuracy.tolist()
+    )
     (tmp_path / "sw" / "summary.csv").unlink()  # the ledger's rendering: made again by every reader
     capsys.readouterr()
     assert main(["show", "sw"]) == 0 and "summary.csv (3 jobs" in capsys.readouterr().out  # was silent
