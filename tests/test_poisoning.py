@@ -79,6 +79,10 @@ def test_alie_moves_by_the_papers_z_max_for_the_tightest_receiver():
         (("attack=sign_flip", "defense=trimmed_mean", "defense.fraction=0.6"), "defense.fraction=0.6"),
         (("attack=sign_flip", "defense=median", "adversary.nodes=[0,2]"), "honest node 1 hears 2 Byzantine"),
         (("attack=alie", "defense=krum"), "Krum needs more than 2f + 2 senders"),
+        (
+            ("attack=alie", "attack.knowledge=own"),
+            "with one Byzantine node the standard deviation over its own",
+        ),
         (("attack=label_flip", "protocol=gossip"), "protocol='gossip'"),
         (("defense=median", "protocol=gossip", "~attack"), "protocol=gossip does not compute"),
         (("defense=krum", "protocol=fedavg", "defense.f=7", "~attack"), "the server hears 16"),

@@ -14,6 +14,7 @@ from decpriv.attacks.poisoning.attack import Poisoning
 from decpriv.attacks.poisoning.forgers import VectorForger
 from decpriv.config.types import Range, checked
 from decpriv.defenses.robust import byzantine_neighbours, neighbourhood_sizes
+from decpriv.errors import bad_value
 
 Knowledge = Literal["neighbours", "own"]  # read the honest neighbours' messages (rushing), or only its own
 Strength = Annotated[float, Range(gt=0, what="the attack's strength", eg=1.0)]
@@ -86,7 +87,17 @@ class ALittleIsEnough(VectorAttack):
         self.z, self.knowledge = z, knowledge
 
     def plan(self, context: AttackContext) -> tuple[float, str]:
-        """(z, where it comes from): ``attack.z``, or :func:`default_z` over the honest receivers."""
+        """(z, where it comes from): ``attack.z``, or :func:`default_z` over the honest receivers. With
+        ``knowledge=own`` the mean and deviation are the Byzantine nodes' own models': one node's deviation
+        is 0, and it would send its honest model whatever z (refused)."""
+        if self.knowledge == "own" and context.adversary.nodes.size < 2:
+            raise bad_value(
+                "attack.knowledge",
+                self.knowledge,
+                "with one Byzantine node the standard deviation over its own model is 0, so ALIE would send "
+                "that honest model whatever attack.z",
+                "corrupt 2 or more nodes (adversary.count=2) or use attack.knowledge=neighbours",
+            )
         if self.z is not None:
             return self.z, "attack.z"
         return default_z(context.network.W, context.network.adjacency, context.adversary.nodes)
