@@ -260,7 +260,15 @@ def test_preset_fig9_active_inversion(cli, tmp_path):
         (("topology=torus", "attack=mia", "adversary.nodes=[0]", "data.test_fraction=0.0"), "held-out"),
         (("topology=torus", "attack=gradient_recovery", "adversary.nodes=[0]"), "adversary.nodes"),
         (("topology=torus", "attack=echo", "attack.variant=loud", "adversary.nodes=[0]"), "attack.variant"),
-        (("topology=torus", "attack=mia", "protocol=fedavg", "adversary.nodes=[0]"), "eavesdropper"),
+        (("topology=torus", "attack=mia", "protocol=fedavg", "adversary.nodes=[0]"), "use adversary=server"),
+        (
+            ("attack=mia", "protocol=fedavg", "adversary=server", "attack.marginalize=true"),
+            "attack.marginalize",
+        ),
+        (
+            ("attack=mia", "protocol=fedavg", "adversary=server", "attack.marginalize=auto"),
+            "attack.marginalize",
+        ),
         (("topology=torus", "attack=mia", "attack.permutations=10", "adversary.nodes=[0]"), "at least 40"),
     ],
 )

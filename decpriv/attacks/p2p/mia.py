@@ -576,7 +576,15 @@ class MembershipInference(Attack):
                     "adversary.eavesdropper",
                     adversary.eavesdropper,
                     "the FedAvg server view needs every update",
-                    "set adversary.eavesdropper=true",
+                    "use adversary=server (or set adversary.eavesdropper=true)",
+                )
+            if self.marginalize is not False:  # the default false: a value the user set
+                raise bad_value(
+                    "attack.marginalize",
+                    self.marginalize,
+                    "marginalisation reads a D-PSGD node's received models (Pasquini et al. 2023, Eqs. 7-8); "
+                    "the FedAvg server reads each update and the global model",
+                    "drop attack.marginalize, or use protocol=dsgd",
                 )
             return True
         if protocol.name != "dsgd":
