@@ -186,6 +186,18 @@ def test_a_misspelt_option_of_an_optional_group_is_refused(tmp_path, monkeypatch
     assert not list(tmp_path.iterdir())
 
 
+def test_a_key_added_to_a_group_with_no_option_chosen_is_named(tmp_path, monkeypatch, capsys):
+    """``+defense.f=1`` beside the default defense=none made a defense of one key and no plugin; it was
+    refused naming neither the key nor the fix ("defense: the config has no _target_")."""
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", "+defense.f=1", "protocol.rounds=2")
+    assert said == (
+        "error: defense.f=1: no defense is chosen, so nothing reads it; choose one that reads it first "
+        "(defense=NAME; `decpriv list defense` shows their keys)."
+    )
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_protocol_without_a_default_attack_still_runs_none():
     from decpriv.api import compose_config
 

@@ -119,6 +119,14 @@ def check_plugin(group: str, node: DictConfig, recorded_only: bool = False) -> N
     """Check one plugin's keys against its ``_target_``'s signature (``recorded_only``: only when an
     earlier check recorded it, so that nothing is imported)."""
     target = node.get("_target_")
+    given = next((key for key in node if not str(key).startswith("_")), None)
+    if target is None and given is not None:  # +defense.f=1 beside no defense: a node of one key, no plugin
+        raise bad_value(
+            f"{group}.{given}",
+            node[given],
+            f"no {group} is chosen, so nothing reads it",
+            f"choose one that reads it first ({group}=NAME; `decpriv list {group}` shows their keys)",
+        )
     if target is None:
         raise ConfigError(
             f"{group}: the config has no _target_; every {group} yaml names the callable it builds."
