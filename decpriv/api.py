@@ -269,10 +269,14 @@ def run(overrides: list[str] | tuple[str, ...] = (), out_dir: Path | str | None 
     The config is checked in full (every plugin, cross-plugin checks) before any folder is created; the
     folder is ``out_dir`` when given, else a new ``runs/<date>/<time>`` (``-2``, ``-3`` ... when taken)."""
     from decpriv import experiment  # torch: imported by running, not by composing
+    from decpriv.config.validation import traced
 
     cfg, choices = compose_or_refuse(_one_job(overrides))[:2]
-    _check_typed(cfg, choices, list(overrides))
-    prebuilt = experiment.precheck(cfg, choices)
+    try:
+        _check_typed(cfg, choices, list(overrides))
+        prebuilt = experiment.precheck(cfg, choices)
+    except ConfigError as error:
+        raise traced(error, choices, list(overrides)) from None
     from decpriv.report.run_folder import claim_folder, claim_named_folder
 
     if out_dir is None:

@@ -260,6 +260,13 @@ def test_a_presets_sigma_beside_its_target_is_refused_naming_the_preset(tmp_path
 
     cfg, choices = compose_config(["experiment=mine"])
     check_unread(cfg, [], choices)
+    # a key no plugin of the preset's reads: named with the preset that set it, not the command line's
+    (tmp_path / "conf" / "experiment" / "mine.yaml").write_text(preset + "  f: 2\n")
+    said = refused(capsys, "run", *DECOR[1:], "experiment=mine")
+    assert "defense.f=2: LocalDP has no such parameter" in said
+    assert said.endswith("(experiment=mine (conf/experiment/mine.yaml) sets defense.f).")
+    said = refused(capsys, "run", *DECOR[1:], "experiment=mine", "defense.f=3")
+    assert "defense.f=3" in said and "sets defense.f" not in said
 
 
 def test_dp_accountings_numerical_fallback_is_no_value(caplog):

@@ -48,7 +48,17 @@ def check_job(
     cfg: DictConfig, choices: dict, overrides: list[str], multirun: bool, keep: bool = False
 ) -> Any:
     """One job's whole build, no training. Returns the build kept for the run (``keep``), else the job's
-    config digest when it resumes (its folder is then read to decide whether it must run), else None."""
+    config digest when it resumes (its folder is then read to decide whether it must run), else None. A
+    refused key that the experiment preset set names the preset."""
+    from decpriv.config.validation import traced
+
+    try:
+        return _check_job(cfg, choices, overrides, multirun, keep)
+    except ConfigError as error:
+        raise traced(error, choices, overrides) from None
+
+
+def _check_job(cfg: DictConfig, choices: dict, overrides: list[str], multirun: bool, keep: bool) -> Any:
     from decpriv.config.validation import check_adversary_read, check_choices, check_unread, validate
 
     validate(

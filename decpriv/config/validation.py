@@ -258,6 +258,18 @@ def check_unread(cfg: DictConfig, overrides: list[str], choices: dict[str, Any] 
                 raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", fix)
 
 
+def traced(error: ConfigError, choices: dict[str, Any], overrides: list[str]) -> ConfigError:
+    """A refusal of a key the experiment preset set, not the command line, with the preset's file named:
+    a user reading "defense.f=2: LocalDP has no such parameter" looks for it on their command line."""
+    said = str(error)
+    key = said.split("=", 1)[0]
+    typed = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    where = preset_keys(choices).get(key)
+    if where is None or key in typed or where in said or not said.endswith("."):
+        return error
+    return ConfigError(f"{said[:-1]} ({where} sets {key}).")
+
+
 def preset_keys(choices: dict[str, Any]) -> dict[str, str]:
     """The plugin keys the chosen experiment preset sets itself (``defense: {epsilon: 10}``), each with
     the preset's file: values its author typed, as a command line's are (a defaults entry sets none)."""
