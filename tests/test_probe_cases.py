@@ -198,6 +198,18 @@ def test_a_key_added_to_a_group_with_no_option_chosen_is_named(tmp_path, monkeyp
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("plus", ["+", "++"])
+def test_a_misspelt_key_added_with_plus_gets_its_close_match(tmp_path, monkeypatch, capsys, plus):
+    """``++protocol.rouns=3`` reaches the plugin's own check (Hydra adds the key): it lists the keys, and
+    names the close one as Hydra's refusal of ``protocol.rouns=3`` does."""
+    monkeypatch.chdir(tmp_path)
+    said = refused(capsys, "run", f"{plus}protocol.rouns=3")
+    assert (
+        "protocol.rouns=3: DSGD has no such parameter; did you mean protocol.rounds? (known keys: rounds,"
+        in said
+    )
+
+
 def test_a_protocol_without_a_default_attack_still_runs_none():
     from decpriv.api import compose_config
 

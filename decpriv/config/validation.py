@@ -149,11 +149,14 @@ def check_plugin(group: str, node: DictConfig, recorded_only: bool = False) -> N
                     "line for another",
                     f"drop {group}.{key}, or choose a {group} that reads it (decpriv list {group})",
                 )
+            near = difflib.get_close_matches(str(key), known_keys.split(", "), n=1)
             raise bad_value(
                 f"{group}.{key}",
                 node[key],
                 f"{found.name} has no such parameter",
-                f"known keys: {known_keys}",
+                f"did you mean {group}.{near[0]}? (known keys: {known_keys})"
+                if near
+                else f"known keys: {known_keys}",
             )
         if found.params[key] == UNRECORDED:
             continue
