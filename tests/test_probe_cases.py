@@ -281,6 +281,48 @@ def test_a_presets_sigma_beside_its_target_is_refused_naming_the_preset(tmp_path
     assert "defense.f=3" in said and "sets defense.f" not in said
 
 
+def test_a_decor_excess_the_accountants_replaces_is_refused(tmp_path, monkeypatch, capsys):
+    """accountant.cdp_excess replaces defense.cdp_excess: both given, the run used 5 and recorded 3."""
+    monkeypatch.chdir(tmp_path)
+    said = refused(
+        capsys, "run", *DECOR, "accountant=secldp", "defense.cdp_excess=3", "accountant.cdp_excess=5"
+    )
+    assert said == (
+        "error: defense.cdp_excess=3: is not read beside accountant.cdp_excess=5, which replaces it; "
+        "drop defense.cdp_excess."
+    )
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_target_at_a_large_delta_is_calibrated_not_a_math_error():
+    """At delta = 0.01 a strong noise's RDP epsilon is 0, whose log stopped the calibration (ValueError:
+    math domain error, exit 1); the root is where epsilon meets the target, as at a small delta."""
+    from decpriv.privacy.rdp import calibrate_noise_multiplier, gaussian_epsilon
+
+    sigma = calibrate_noise_multiplier(2.0, 0.01, 3, [1.0], 2.0)
+    assert gaussian_epsilon(sigma / 2.0, 3, 0.01, 1.0, "poisson")[0] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_random_walks_fix_names_a_level_only_where_the_defense_has_one(tmp_path, monkeypatch, capsys):
+    """DP-SGD is example-level and has no defense.level: its fix named one, which Hydra then refused."""
+    monkeypatch.chdir(tmp_path)
+    line = ["accountant=random_walk", "protocol.rounds=2", "~attack", "plots=false"]
+    dpsgd = refused(capsys, "run", "defense=dpsgd", *line)
+    assert dpsgd.endswith("use defense.sigma=4 or a smaller accountant.alpha.")
+    assert "use defense.sigma=4 defense.level=example" in refused(capsys, "run", "defense=ldp", *line)
+
+
+def test_a_run_without_noise_reads_epsilon_inf_in_every_listing(tmp_path, monkeypatch, capsys):
+    """defense.sigma=0: epsilon inf, whose four significant digits stopped `decpriv runs` and the sweep's
+    show (OverflowError) for every run beside it."""
+    monkeypatch.chdir(tmp_path)
+    line = ["run", "-m", "defense=dpsgd", "defense.sigma=0,1", "protocol.rounds=2", "~attack", "plots=false"]
+    assert main([*line, "hydra.sweep.dir=sw"]) == 0
+    capsys.readouterr()
+    assert main(["show", "sw"]) == 0 and main(["runs", "--root", "."]) == 0
+    assert "epsilon=inf" in capsys.readouterr().out
+
+
 def test_dp_accountings_numerical_fallback_is_no_value(caplog):
     """At noise 2.8e8 a step, dp-accounting's RDP of a sampled Gaussian rounds below zero and it returns
     epsilon 0 with an absl warning: no value (NaN), never a headline; its genuine 0 (the KL bound at an

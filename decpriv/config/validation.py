@@ -246,7 +246,7 @@ def check_adversary_read(choices: dict[str, Any], overrides: list[str]) -> None:
 def check_unread(cfg: DictConfig, overrides: list[str], choices: dict[str, Any] | None = None) -> None:
     """A key set on the command line, or by the experiment preset chosen, that the plugin's chosen mode
     never reads is refused: a plugin declares them with an ``unread(node) -> {key: why}`` attribute on its
-    ``_target_``."""
+    ``_target_`` (a dotted key: another group's, which this plugin replaces)."""
     given = {o.split("=", 1)[0].lstrip("+~"): "" for o in overrides if "=" in o}
     given = {**preset_keys(choices or {}), **given}
     for group in PLUGIN_GROUPS:
@@ -255,10 +255,11 @@ def check_unread(cfg: DictConfig, overrides: list[str], choices: dict[str, Any] 
             continue
         unread = getattr(import_target(group, str(node._target_)), "unread", None)
         for key, why in (unread(node) if unread else {}).items():
-            where = given.get(f"{group}.{key}")
+            full = key if "." in key else f"{group}.{key}"  # a key of another group this one replaces
+            where = given.get(full)
             if where is not None:
-                fix = f"drop {group}.{key}" + (f" from {where}" if where else "")
-                raise bad_value(f"{group}.{key}", node[key], f"is not read {why}", fix)
+                fix = f"drop {full}" + (f" from {where}" if where else "")
+                raise bad_value(full, OmegaConf.select(cfg, full), f"is not read {why}", fix)
 
 
 def traced(error: ConfigError, choices: dict[str, Any], overrides: list[str]) -> ConfigError:

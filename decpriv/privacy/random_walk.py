@@ -88,13 +88,19 @@ class RandomWalkAccountant(Accountant):
             )
         multiplier = mechanism.sigma / 2.0
         if multiplier**2 < 2 * self.alpha * (self.alpha - 1):
+            # example level: a user-level defense's other way (DP-SGD is example-level and has no such key)
+            level = (
+                " defense.level=example (the noise then falls on a clipped batch sum, b times smaller per "
+                "gradient than at the user level)"
+                if mechanism.level == "user"
+                else ""
+            )
             raise bad_value(
                 "defense.sigma",
                 mechanism.sigma,
                 f"the theorem needs (sigma/2)^2 >= 2 alpha (alpha - 1) = {2 * self.alpha * (self.alpha - 1):g}",
-                f"use defense.sigma={math.ceil(2 * math.sqrt(2 * self.alpha * (self.alpha - 1)) * 100) / 100:g} "
-                "defense.level=example (the noise then falls on a clipped batch sum, b times smaller per "
-                "gradient than at the user level) or a smaller accountant.alpha",
+                f"use defense.sigma={math.ceil(2 * math.sqrt(2 * self.alpha * (self.alpha - 1)) * 100) / 100:g}"
+                f"{level} or a smaller accountant.alpha",
             )
 
     def account(self, setup: Setup) -> Findings:

@@ -78,7 +78,7 @@ def calibrate_noise_multiplier(
             gaussian_epsilon(math.exp(log_sigma) / scale, steps, delta, float(q), sampler)[0]
             for q in distinct
         )
-        return math.log(worst / epsilon)
+        return math.log(max(worst, 1e-300) / epsilon)  # at a large delta a strong noise's epsilon is 0
 
     low, high = (math.log(s) for s in SIGMA_RANGE)
     if excess(high) > 0:

@@ -17,6 +17,7 @@ CDP protects the average with the LDP run's sigma.
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import matplotlib
 
@@ -135,6 +136,13 @@ class SecLDPAccountant(Accountant):
         self.delta, self.threat, self.collusion = delta, threat, collusion
         self.cdp_excess = cdp_excess
         self._target: float | None = None
+
+    @staticmethod
+    def unread(node: Any) -> dict[str, str]:
+        """``defense.cdp_excess`` (DECOR's) is replaced by a given ``accountant.cdp_excess``."""
+        if node.get("cdp_excess") is None:
+            return {}
+        return {"defense.cdp_excess": f"beside accountant.cdp_excess={node.cdp_excess}, which replaces it"}
 
     def steps(self, setup: Setup) -> int:
         return gradient_steps(setup)

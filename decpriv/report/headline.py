@@ -143,9 +143,9 @@ def cell(entry: dict[str, Any], value: Any, baseline: Any) -> str:
 
 def _digits(value: float) -> int:
     """Digits before the point (for rounding to four significant digits)."""
-    from math import floor, log10
+    from math import floor, isfinite, log10
 
-    return 1 + floor(log10(abs(value))) if value else 1
+    return 1 + floor(log10(abs(value))) if value and isfinite(value) else 1  # inf: no noise, epsilon inf
 
 
 def label(entry: dict[str, Any], row: Any) -> str:
