@@ -148,3 +148,18 @@ def test_rows_pair_on_the_keys_a_table_declares(tmp_path):
     # t_max is no usual key name: without the declaration the rows would pair by position, 3 changes
     assert found.keys == ["t_max"]
     assert found.changed[["t_max", "a", "b"]].values.tolist() == [[100, 0.81, 0.5]]
+
+
+def test_config_keys_differ_by_any_amount_and_show_every_digit(tmp_path):
+    """Seeds 2^32 and 2^32 + 1 are 2.3e-10 apart relatively, inside diff's rtol=1e-9: the config table
+    dropped them, so the runs read as "same config, other results"; lr 0.5 against 0.5000001 showed as
+    0.5 and 0.5."""
+    rows = [{"topology": t, "seed": 2**32, "acc": 0.8, "protocol.lr": 0.5} for t in ("ring", "torus")]
+    other = [{**row, "seed": 2**32 + 1, "acc": 0.7, "protocol.lr": 0.5000001} for row in rows]
+    a = make_sweep(tmp_path / "a", rows, swept=("topology",))
+    b = make_sweep(tmp_path / "b", other, swept=("topology",))
+    stream = io.StringIO()
+    assert print_diff(a, b, 1e-9, 0.0, Console(file=stream, width=80)) == 1
+    lines = [line.split() for line in stream.getvalue().splitlines()]
+    assert any(line[-3:] == ["seed", "4294967296", "4294967297"] for line in lines)
+    assert any(line[-3:] == ["protocol.lr", "0.5", "0.5000001"] for line in lines)

@@ -157,6 +157,8 @@ def sweep_keys(table: pd.DataFrame, metrics: set[str]) -> list[str]:
 
 
 def _close(a: object, b: object, rtol: float, atol: float) -> tuple[bool, float]:
+    if isinstance(a, int | np.integer) and isinstance(b, int | np.integer):  # seeds, counts: exact
+        return int(a) == int(b), abs(int(a) - int(b)) / max(abs(int(a)), abs(int(b)), 1)
     try:
         x, y = float(a), float(b)
     except (TypeError, ValueError):

@@ -2,10 +2,12 @@
 
 import inspect
 import json
+import math
 import textwrap
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from rich import box
@@ -476,10 +478,19 @@ def _summary_parts(d, first: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     lead = ["jobs"] if keyed else []
     is_metric = changed["column"].isin(d.metrics)
     config = changed[~is_metric].rename(columns={"column": "key", "a": "A", "b": "B"})
+    config = config.assign(A=config["A"].map(_exact), B=config["B"].map(_exact))
     metrics = changed[is_metric].rename(columns={"column": "metric", "a": "A", "b": "B"})
     rank = {name: i for i, name in enumerate(first)}
     metrics = metrics.sort_values("metric", key=lambda c: c.map(rank).fillna(len(rank)), kind="stable")
     return config[[*lead, "key", "A", "B"]], metrics[[*lead, "metric", "A", "B", "rel_diff"]]
+
+
+def _exact(value: object) -> str:
+    """A config value as typed, every digit kept: seed 4294967296 against 4294967297, lr 0.5 against
+    0.5000001 (six significant digits showed each pair as one value)."""
+    if isinstance(value, float | np.floating) and math.isfinite(value):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    return fmt(value)
 
 
 def _table_line(d, cells: bool = True) -> str:
