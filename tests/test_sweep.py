@@ -136,6 +136,9 @@ def test_custom_plot_and_its_refusals(sweep, capsys):
     assert _main(capsys, "plot", str(sweep), "x=seed")[0] == 2
     assert _main(capsys, "plot", str(sweep), "x=seed", "y=test_accuracy", "colour=red")[0] == 2
     assert _main(capsys, "plot", str(sweep), "x=seed", "y=topology")[0] == 2  # not a number
+    # a swept key neither x nor hue: its values' jobs pooled into one point's spread, as if repeats
+    code, _, err = _main(capsys, "plot", str(sweep), "x=topology", "y=train_loss")
+    assert code == 2 and "the sweep's protocol.lr varies" in err and "add hue=protocol.lr" in err
 
 
 def test_runs_index_filters_on_config_and_status(sweep, capsys):
