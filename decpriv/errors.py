@@ -4,15 +4,20 @@
 class ConfigError(ValueError):
     """Invalid configuration. The CLI prints the message alone and exits with status 2.
 
-    Build it with :func:`bad_value` so every message names the key, the value and the fix.
+    Build it with :func:`bad_value` so every message names the key, the value and the fix; ``key`` is
+    the key it names (None for a refusal of no single key).
     """
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 def bad_value(key: str, value: object, problem: str, fix: str) -> ConfigError:
     """``bad_value("topology.n", 15, "a torus needs a perfect square", "use 16")`` ->
     "topology.n=15: a torus needs a perfect square; use 16."."""
     shown = "null" if value is None else repr(value)  # what the user typed: YAML's null, not Python's None
-    return ConfigError(f"{key}={shown}: {problem}; {fix}.")
+    return ConfigError(f"{key}={shown}: {problem}; {fix}.", key)
 
 
 class Diverged(RuntimeError):

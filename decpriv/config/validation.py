@@ -265,13 +265,12 @@ def check_unread(cfg: DictConfig, overrides: list[str], choices: dict[str, Any] 
 def traced(error: ConfigError, choices: dict[str, Any], overrides: list[str]) -> ConfigError:
     """A refusal of a key the experiment preset set, not the command line, with the preset's file named:
     a user reading "defense.f=2: LocalDP has no such parameter" looks for it on their command line."""
-    said = str(error)
-    key = said.split("=", 1)[0]
+    said, key = str(error), error.key
     typed = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    where = preset_keys(choices).get(key)
-    if where is None or key in typed or where in said or not said.endswith("."):
+    where = preset_keys(choices).get(key) if key else None
+    if where is None or key in typed or where in said:
         return error
-    return ConfigError(f"{said[:-1]} ({where} sets {key}).")
+    return ConfigError(f"{said[:-1]} ({where} sets {key}).", key)
 
 
 def preset_keys(choices: dict[str, Any]) -> dict[str, str]:
