@@ -65,9 +65,14 @@ PDMM_QUADRATIC = (
 )
 
 
-def run_cli(*args: str, cwd: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
-    """``decpriv ARGS`` in a subprocess; returns the completed process (stdout/stderr as text)."""
+def run_cli(
+    *args: str, cwd: Path | None = None, check: bool = False, pythonpath: list[str] | None = None
+) -> subprocess.CompletedProcess:
+    """``decpriv ARGS`` in a subprocess (with ``pythonpath``: a user's plugins importable); returns the
+    completed process (stdout/stderr as text)."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "COLUMNS": "200"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath)
     proc = subprocess.run(
         [str(DECPRIV), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )

@@ -17,7 +17,6 @@ import math
 import os
 import pickle
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pandas as pd
 import pytest
 import seal_attacks
 import torch
-from conftest import DECPRIV
+from conftest import run_cli
 
 from decpriv import api, experiment
 from decpriv.adversary.behaviour import Forgery
@@ -277,16 +276,8 @@ def test_a_plugin_beside_conf_imports_in_the_sealed_process(peek_conf):
     )
     (peek_conf / "conf" / "attack" / "mine.yaml").write_text(f"_target_: mine.Mine\n{HOSTILE}")
     tests = str(Path(__file__).parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", tests])}
-    done = subprocess.run(
-        [str(DECPRIV), "run", "attack=mine", "protocol.rounds=3", "hydra.run.dir=run"],
-        cwd=peek_conf,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    line = ["run", "attack=mine", "protocol.rounds=3", "hydra.run.dir=run"]
+    run_cli(*line, cwd=peek_conf, check=True, pythonpath=[".", tests])
     assert json.loads((peek_conf / "run" / "run.json").read_text())["attack"] == "mine"
 
 

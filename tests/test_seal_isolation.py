@@ -12,7 +12,7 @@ import isolation_attacks
 import pandas as pd
 import pytest
 import sandbox_attacks
-from conftest import DECPRIV
+from conftest import DECPRIV, run_cli
 
 from decpriv import api
 from decpriv.seal import zygote
@@ -47,16 +47,7 @@ def test_the_payload_changes_decpriv_mia_where_it_is_imported(tmp_path):
     assert isolation_attacks.plant_payload(str(payload)) == "ok"
     runs = {}
     for name, path in (("honest", [str(TESTS)]), ("planted", [str(payload), str(TESTS)])):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HYDRA_FULL_ERROR": "0"}
-        done = subprocess.run(
-            [str(DECPRIV), "run", *MIA, f"hydra.run.dir={name}"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        run_cli("run", *MIA, f"hydra.run.dir={name}", cwd=tmp_path, check=True, pythonpath=path)
         runs[name] = auc(tmp_path / name)
     assert runs["honest"] > 0.7 and runs["planted"] == 0.5
 
@@ -89,16 +80,8 @@ def test_a_plugins_import_runs_in_no_later_attack_process(planter_conf):
     makes it 0.5)."""
     api.run(MIA, out_dir=planter_conf / "honest")
     (planter_conf / "conf" / "attack" / "patcher.yaml").write_text("_target_: isolation_patcher.Patcher\n")
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "HYDRA_FULL_ERROR": "0"}
-    done = subprocess.run(
-        [str(DECPRIV), "run", "-m", "attack=patcher,mia", *MIA[1:], "hydra.sweep.dir=sweep"],
-        cwd=planter_conf,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    line = ["run", "-m", "attack=patcher,mia", *MIA[1:], "hydra.sweep.dir=sweep"]
+    run_cli(*line, cwd=planter_conf, check=True, pythonpath=[str(TESTS)])
     assert planted(planter_conf / "sweep" / "0")["found"] == "nothing"
     assert auc(planter_conf / "sweep" / "1") == auc(planter_conf / "honest")
 
