@@ -286,13 +286,19 @@ def preset_keys(choices: dict[str, Any]) -> dict[str, str]:
     file = own if own.is_file() else shipped
     if not file.is_file():
         return {}
+    return {key: f"experiment={name} ({file})" for key in _keys_set_in(str(file), file.stat().st_mtime_ns)}
+
+
+@cache
+def _keys_set_in(file: str, mtime_ns: int) -> tuple[str, ...]:
+    """The plugin keys a preset file sets, read once per version of the file (every job of a sweep asks)."""
     preset = OmegaConf.load(file)
-    return {
-        f"{group}.{key}": f"experiment={name} ({file})"
+    return tuple(
+        f"{group}.{key}"
         for group in PLUGIN_GROUPS
         if isinstance(preset.get(group), DictConfig)
         for key in preset[group]
-    }
+    )
 
 
 def blocked_target(error: Exception, cfg: DictConfig, choices: dict[str, Any]) -> ConfigError | None:
